@@ -1,0 +1,64 @@
+"""Sessions for tests, lint, type checks, benchmarks and docs.
+
+Every install is constrained by ``constraints.txt`` (which pins the CPU build of torch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "tests_faiss", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = False
+
+CONSTRAINTS = ("-c", "constraints.txt")
+TEST_DEPS = ("pytest", "hypothesis", "scikit-learn", "numpy")
+# Tiny third-party distributions that exercise the plugin registry.
+TEST_PLUGINS = (
+    "tests/plugins/toy_knn",
+    "tests/plugins/broken_knn",
+    "tests/plugins/dup_one",
+    "tests/plugins/dup_two",
+    "tests/plugins/core_name_thief",
+)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The core's tests with faiss absent."""
+    session.install(*CONSTRAINTS, "-e", ".", *TEST_DEPS, *TEST_PLUGINS)
+    session.run("python", "-m", "pytest", "tests", "-m", "not faiss", *session.posargs)
+
+
+@nox.session
+def tests_faiss(session: nox.Session) -> None:
+    """The faiss plugin's tests and the core's tests that need faiss."""
+    plugin = ("-e", "plugins/faiss") if Path("plugins/faiss/pyproject.toml").exists() else ()
+    session.install(*CONSTRAINTS, "-e", ".", *plugin, "faiss-cpu", *TEST_DEPS)
+    paths = ["tests"] + (["plugins/faiss/tests"] if plugin else [])
+    session.run("python", "-m", "pytest", *paths, "-m", "faiss", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy on the public packages."""
+    session.install(*CONSTRAINTS, "-e", ".", "mypy", "numpy")
+    session.run("mypy")
+
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    """Speed and memory against the baselines users would pick instead."""
+    session.install(*CONSTRAINTS, "-e", ".", "-e", "plugins/faiss", "scikit-learn")
+    for script in session.posargs or ["knn"]:
+        session.run("python", f"benchmarks/{script}.py")

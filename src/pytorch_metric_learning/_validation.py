@@ -1,0 +1,65 @@
+"""Argument checks shared by the whole library, with one phrasing for every error."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+
+from .errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = [
+    "invalid",
+    "check_positive_int",
+    "check_tensor",
+    "check_embeddings",
+    "check_same_device",
+]
+
+
+def invalid(
+    param: str, owner: str, expected: str, got: Any, error: type[Exception] = InvalidArgumentError
+) -> Exception:
+    """Build the exception for a parameter that is not what ``owner`` expects."""
+    return error(f"The '{param}' parameter of {owner} must be {expected}. Got {got!r} instead.")
+
+
+def check_positive_int(value: Any, param: str, owner: str) -> int:
+    """Return ``value`` as an int if it is a positive integer (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise invalid(param, owner, "a positive int", value, InvalidTypeError)
+    if value < 1:
+        raise invalid(param, owner, "a positive int", value)
+    return int(value)
+
+
+def check_tensor(value: Any, param: str, owner: str) -> torch.Tensor:
+    """Return ``value`` if it is a tensor, else raise ``TypeError``."""
+    if not isinstance(value, torch.Tensor):
+        raise invalid(param, owner, "a torch.Tensor", type(value).__name__, InvalidTypeError)
+    return value
+
+
+def check_embeddings(value: Any, param: str, owner: str) -> torch.Tensor:
+    """Check a 2-D floating-point tensor of finite values."""
+    check_tensor(value, param, owner)
+    if value.ndim != 2:
+        raise invalid(param, owner, "a 2-D tensor (rows, dims)", f"shape {tuple(value.shape)}")
+    if not value.is_floating_point():
+        raise invalid(param, owner, "a floating-point tensor", value.dtype, InvalidTypeError)
+    if value.numel() and not bool(torch.isfinite(value).all()):
+        raise InvalidArgumentError(
+            f"The '{param}' parameter of {owner} contains NaN or infinite values; "
+            "embeddings must be finite (check the model's output for overflow)."
+        )
+    return value
+
+
+def check_same_device(first: torch.Tensor, second: torch.Tensor, names: str, owner: str) -> None:
+    """Raise ``ValueError`` when two tensors live on different devices."""
+    if first.device != second.device:
+        raise InvalidArgumentError(
+            f"The {names} of {owner} must be on the same device. "
+            f"Got {first.device} and {second.device} instead; move one with .to()."
+        )

@@ -1,0 +1,177 @@
+"""The distance interface shared by every distance and similarity."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+
+from .._validation import check_tensor, invalid
+from ..errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = ["BaseDistance"]
+
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+class BaseDistance:
+    """A distance (smaller is closer) or, with ``is_inverted=True``, a similarity.
+
+    Subclasses implement :meth:`compute_mat` and :meth:`compute_pairwise` on embeddings
+    that are already normalized; this class handles validation, dtype rules,
+    normalization and ``power``.
+
+    Args:
+        normalize_embeddings: L_p-normalize each row before comparing.
+        p: The norm used for normalization (and by :class:`LpDistance`).
+        power: Every value is raised to this power.
+        is_inverted: True when larger values mean more alike.
+
+    Half-precision inputs are computed in float32. The result keeps the input dtype when
+    embeddings are normalized (values are bounded) and is float32 otherwise, so squared
+    norms cannot overflow float16.
+    """
+
+    def __init__(
+        self,
+        normalize_embeddings: bool = True,
+        p: float = 2,
+        power: float = 1,
+        is_inverted: bool = False,
+    ) -> None:
+        owner = type(self).__name__
+        if not isinstance(normalize_embeddings, bool):
+            raise invalid(
+                "normalize_embeddings", owner, "a bool", normalize_embeddings, InvalidTypeError
+            )
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not p > 0:
+            raise invalid("p", owner, "a positive number", p)
+        if isinstance(power, bool) or not isinstance(power, numbers.Real) or power != power:
+            raise invalid("power", owner, "a real number", power)
+        self.normalize_embeddings = normalize_embeddings
+        self.p = p
+        self.power = power
+        self.is_inverted = bool(is_inverted)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(normalize_embeddings={self.normalize_embeddings}, "
+            f"p={self.p}, power={self.power}, is_inverted={self.is_inverted})"
+        )
+
+    def __call__(
+        self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Return the ``(len(query_emb), len(ref_emb))`` matrix of values.
+
+        ``ref_emb=None`` compares ``query_emb`` with itself.
+
+        Example:
+            >>> from pytorch_metric_learning.distances import LpDistance
+            >>> LpDistance()(torch.tensor([[3.0, 4.0]]), torch.tensor([[0.0, 1.0]])).shape
+            torch.Size([1, 1])
+        """
+        query, ref, out_dtype = self.prepare(query_emb, ref_emb)
+        return self.finish(self.compute_mat(query, ref), out_dtype)
+
+    def pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Return one value per row pair: the value between ``x[i]`` and ``y[i]``.
+
+        Example:
+            >>> from pytorch_metric_learning.distances import LpDistance
+            >>> d = LpDistance(normalize_embeddings=False)
+            >>> d.pairwise(torch.tensor([[0.0, 0.0]]), torch.tensor([[3.0, 4.0]])).tolist()
+            [5.0]
+        """
+        owner = f"{type(self).__name__}.pairwise"
+        check_tensor(x, "x", owner)
+        check_tensor(y, "y", owner)
+        if x.shape != y.shape:
+            raise InvalidArgumentError(
+                f"The inputs of {type(self).__name__}.pairwise must have the same shape. "
+                f"Got {tuple(x.shape)} and {tuple(y.shape)} instead."
+            )
+        first, second, out_dtype = self.prepare(x, y)
+        return self.finish(self.compute_pairwise(first, second), out_dtype)
+
+    def pairwise_distance(self, query_emb: torch.Tensor, ref_emb: torch.Tensor) -> torch.Tensor:
+        """The same as :meth:`pairwise`; the name used by pytorch-metric-learning 2.x."""
+        return self.pairwise(query_emb, ref_emb)
+
+    def prepare(
+        self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.dtype]:
+        """Validate, upcast and normalize inputs; return them with the output dtype."""
+        owner = type(self).__name__
+        query_emb = _check_matrix(query_emb, "query_emb", owner)
+        if ref_emb is None:
+            query = self.maybe_normalize(_compute_dtype(query_emb, query_emb))
+            return query, query, self.output_dtype(query_emb.dtype)
+        ref_emb = _check_matrix(ref_emb, "ref_emb", owner)
+        if query_emb.shape[1] != ref_emb.shape[1] or query_emb.device != ref_emb.device:
+            raise InvalidArgumentError(
+                f"The query_emb and ref_emb of {owner} must have the same number of columns "
+                f"and device. Got {tuple(query_emb.shape)} on {query_emb.device} and "
+                f"{tuple(ref_emb.shape)} on {ref_emb.device} instead."
+            )
+        common = torch.promote_types(query_emb.dtype, ref_emb.dtype)
+        query = self.maybe_normalize(_compute_dtype(query_emb, ref_emb))
+        ref = self.maybe_normalize(_compute_dtype(ref_emb, query_emb))
+        return query, ref, self.output_dtype(common)
+
+    def output_dtype(self, input_dtype: torch.dtype) -> torch.dtype:
+        """The dtype of results for inputs of ``input_dtype``."""
+        if input_dtype in _HALF_DTYPES and not self.normalize_embeddings:
+            return torch.float32
+        return input_dtype
+
+    def finish(self, values: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """Apply ``power`` and cast to the output dtype."""
+        return self.apply_power(values).to(out_dtype)
+
+    def apply_power(self, values: torch.Tensor) -> torch.Tensor:
+        """Raise ``values`` to ``power`` (a no-op for power 1)."""
+        return values if self.power == 1 else values**self.power
+
+    def maybe_normalize(self, embeddings: torch.Tensor, dim: int = 1) -> torch.Tensor:
+        """Normalize when ``normalize_embeddings`` is set, else return ``embeddings``."""
+        return self.normalize(embeddings, dim=dim) if self.normalize_embeddings else embeddings
+
+    def normalize(self, embeddings: torch.Tensor, dim: int = 1) -> torch.Tensor:
+        """L_p-normalize along ``dim``."""
+        return torch.nn.functional.normalize(embeddings, p=self.p, dim=dim)
+
+    def compute_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        """The matrix of raw values between already-normalized embeddings."""
+        raise NotImplementedError
+
+    def compute_pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The raw value between ``x[i]`` and ``y[i]`` for already-normalized rows."""
+        raise NotImplementedError
+
+    def smallest_dist(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The closest value along a dimension: max for similarities, min for distances."""
+        if self.is_inverted:
+            return torch.max(*args, **kwargs)
+        return torch.min(*args, **kwargs)
+
+    def margin(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """How much closer ``x`` is than ``y`` (positive when ``x`` is closer)."""
+        return x - y if self.is_inverted else y - x
+
+
+def _check_matrix(value: Any, param: str, owner: str) -> torch.Tensor:
+    check_tensor(value, param, owner)
+    if value.ndim != 2:
+        raise invalid(param, owner, "a 2-D tensor (rows, dims)", f"shape {tuple(value.shape)}")
+    if not value.is_floating_point():
+        raise invalid(param, owner, "a floating-point tensor", value.dtype, InvalidTypeError)
+    return value
+
+
+def _compute_dtype(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    dtype = torch.promote_types(x.dtype, other.dtype)
+    if dtype in _HALF_DTYPES:
+        dtype = torch.float32
+    return x if x.dtype == dtype else x.to(dtype)

@@ -1,0 +1,56 @@
+"""The library's exceptions.
+
+Every exception raised on purpose by this library derives from :class:`PMLError`, and
+also from the builtin that callers already catch (``ValueError``, ``TypeError``,
+``ImportError``, ``ModuleNotFoundError`` or ``RuntimeError``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PMLError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "BackendError",
+    "UnknownBackendError",
+    "BackendNotInstalledError",
+    "BackendImportError",
+    "BackendConflictError",
+    "BackendRuntimeError",
+]
+
+
+class PMLError(Exception):
+    """Root of every exception this library raises on purpose."""
+
+
+class InvalidArgumentError(PMLError, ValueError):
+    """An argument has the right type but an unusable value."""
+
+
+class InvalidTypeError(PMLError, TypeError):
+    """An argument has the wrong type."""
+
+
+class BackendError(PMLError):
+    """A k-NN or k-means backend could not be selected, loaded or run."""
+
+
+class UnknownBackendError(BackendError, ValueError):
+    """No installed or registered backend has the requested name."""
+
+
+class BackendNotInstalledError(BackendError, ModuleNotFoundError):
+    """The backend is a known plugin whose distribution is not installed."""
+
+
+class BackendImportError(BackendError, ImportError):
+    """The backend's distribution is installed but importing it failed."""
+
+
+class BackendConflictError(BackendError, ValueError):
+    """Several distributions claim the same backend name."""
+
+
+class BackendRuntimeError(BackendError, RuntimeError):
+    """A backend's own library failed while running a search or clustering."""

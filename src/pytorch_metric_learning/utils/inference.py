@@ -1,0 +1,7 @@
+"""2.x import path: ``from pytorch_metric_learning.utils.inference import CustomKNN``."""
+
+from __future__ import annotations
+
+from ..evaluation import CustomKNN, FaissKMeans, FaissKNN
+
+__all__ = ["CustomKNN", "FaissKMeans", "FaissKNN"]

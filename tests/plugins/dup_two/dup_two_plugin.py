@@ -1,0 +1,5 @@
+"""The other plugin that claims the same backend name."""
+
+
+def Backend():
+    return lambda query, k, reference=None, ref_includes_query=False: None
