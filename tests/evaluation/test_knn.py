@@ -235,3 +235,20 @@ def test_agrees_with_faiss_index_flat_l2() -> None:
     distances, indices = knn(torch.from_numpy(query), 10, torch.from_numpy(reference))
     np.testing.assert_array_equal(indices.numpy(), expected_i)
     np.testing.assert_allclose(distances.numpy(), expected_d, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("largest", [False, True])
+@pytest.mark.parametrize(("width", "k"), [(2000, 1), (2000, 5), (2001, 7), (5003, 20), (300, 40)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_topk_equals_torch_topk(width, k, largest, ties) -> None:
+    from pytorch_metric_learning.evaluation._topk import topk
+
+    generator = torch.Generator().manual_seed(width + k)
+    values = torch.randn(9, width, generator=generator, dtype=torch.float64)
+    if ties:
+        values = values.mul(3).round()
+    got_values, got_indices = topk(values, k, largest=largest)
+    expected = torch.topk(values, k, dim=1, largest=largest, sorted=True)
+    torch.testing.assert_close(got_values, expected.values, rtol=0, atol=0)
+    torch.testing.assert_close(torch.gather(values, 1, got_indices), got_values, rtol=0, atol=0)
+    assert all(len(set(row)) == k for row in got_indices.tolist())

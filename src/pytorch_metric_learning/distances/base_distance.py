@@ -33,6 +33,11 @@ class BaseDistance:
     norms cannot overflow float16.
     """
 
+    normalize_embeddings: bool
+    p: float
+    power: float
+    is_inverted: bool
+
     def __init__(
         self,
         normalize_embeddings: bool = True,

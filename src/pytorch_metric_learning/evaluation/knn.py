@@ -14,6 +14,7 @@ from .._validation import (
 from ..distances import BaseDistance, LpDistance
 from ..distances.lp_distance import power_of_squared as _power_of_squared
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ._topk import topk
 
 __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
 
@@ -82,9 +83,9 @@ class CustomKNN:
         for start in self._blocks(len(query)):
             block = query[start : start + (self.batch_size or len(query))]
             values = self.distance.powered_mat(block, ref)
-            top = torch.topk(values, k, dim=1, largest=self.distance.is_inverted, sorted=True)
-            distances[start : start + len(block)] = top.values
-            indices[start : start + len(block)] = top.indices
+            top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
+            distances[start : start + len(block)] = top_values
+            indices[start : start + len(block)] = top_indices
         return distances, indices
 
     def _search_euclidean(
@@ -101,10 +102,10 @@ class CustomKNN:
         for start in self._blocks(len(query)):
             block = query[start : start + rows]
             scores = torch.addmm(ref_sq, block, ref.T, alpha=-2, out=buffer[: len(block)])
-            top = torch.topk(scores, k, dim=1, largest=False, sorted=True)
-            squared = top.values.add_(query_sq[start : start + rows]).clamp_min_(0)
+            top_values, top_indices = topk(scores, k, largest=False)
+            squared = top_values.add_(query_sq[start : start + rows]).clamp_min_(0)
             distances[start : start + len(block)] = _power_of_squared(squared, self.distance.power)
-            indices[start : start + len(block)] = top.indices
+            indices[start : start + len(block)] = top_indices
         return distances, indices
 
 

@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .._warnings import warn_external
 from ..distances import (
@@ -271,7 +271,7 @@ class _Registry:
                 f"The {self.kind} backend {name!r} built {backend!r}, which is not callable."
             )
         try:
-            signature = inspect.signature(backend)
+            signature = inspect.signature(cast(Callable[..., Any], backend))
         except (TypeError, ValueError):
             return
         try:
