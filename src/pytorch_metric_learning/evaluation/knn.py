@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from .._validation import (
@@ -17,6 +19,8 @@ from ..errors import InvalidArgumentError, InvalidTypeError
 from ._topk import topk
 
 __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
+
+logger = logging.getLogger(__name__)
 
 
 class CustomKNN:
@@ -62,6 +66,13 @@ class CustomKNN:
         """
         query, reference = check_search_inputs(query, reference, "CustomKNN")
         search_k = check_search_k(k, len(reference), ref_includes_query, "CustomKNN")
+        logger.debug(
+            "CustomKNN: %d queries, %d references, k=%d, %s",
+            len(query),
+            len(reference),
+            k,
+            self.distance,
+        )
         prepared_query, prepared_ref, out_dtype = self.distance.prepare(query, reference)
         if _uses_fast_euclidean(self.distance):
             distances, indices = self._search_euclidean(prepared_query, prepared_ref, search_k)
