@@ -69,7 +69,7 @@ class BaseTester:
         progress_bar: Show a tqdm progress bar over the batches of each split.
 
     Example:
-        >>> tester = BaseTester(batch_size=64, data_device="cpu", accuracy_calculator=spy)
+        >>> tester = BaseTester(batch_size=64, data_device="cpu")
         >>> tester.batch_size, tester.normalize_embeddings, tester.label_hierarchy_level
         (64, True, 0)
     """
@@ -161,9 +161,17 @@ class BaseTester:
             stored as ``self.all_accuracies``.
 
         Example:
-            >>> accuracies = tester.test({"val": val_dataset}, 1, trunk)
-            >>> sorted(accuracies["val"])
-            ['epoch', 'precision_at_1_level0']
+            >>> import torch
+            >>> from torch.utils.data import TensorDataset
+            >>> from pytorch_metric_learning.evaluation import AccuracyCalculator
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> data = torch.tensor([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0], [1.0, 0.1]])
+            >>> val = TensorDataset(data, torch.tensor([0, 0, 1, 1]))
+            >>> tester = GlobalEmbeddingSpaceTester(
+            ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
+            ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
+            >>> tester.test({"val": val}, epoch=1, trunk_model=torch.nn.Identity())
+            {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
         """
         plan = resolve_splits_to_eval(
             splits_to_eval, _check_dataset_dict(dataset_dict), self._owner
@@ -205,7 +213,13 @@ class BaseTester:
             ``(len(dataset), num_label_levels)``.
 
         Example:
-            >>> embeddings, labels = tester.get_all_embeddings(val_dataset, trunk)
+            >>> import torch
+            >>> from torch.utils.data import TensorDataset
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> dataset = TensorDataset(torch.randn(6, 5), torch.tensor([0, 0, 1, 1, 2, 2]))
+            >>> tester = GlobalEmbeddingSpaceTester(
+            ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
+            >>> embeddings, labels = tester.get_all_embeddings(dataset, torch.nn.Linear(5, 2))
             >>> embeddings.shape, labels.shape
             (torch.Size([6, 2]), torch.Size([6, 1]))
         """
@@ -228,7 +242,16 @@ class BaseTester:
         The reference is the concatenation of the reference splits, in the given order.
 
         Example:
+            >>> import torch
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> stored = {
+            ...     "test": (torch.ones(2, 3), torch.zeros(2, 1, dtype=torch.long)),
+            ...     "train": (torch.zeros(4, 3), torch.ones(4, 1, dtype=torch.long)),
+            ... }
+            >>> tester = GlobalEmbeddingSpaceTester(data_device="cpu")
             >>> q, ql, r, rl = tester.set_reference_and_query(stored, "test", ["test", "train"])
+            >>> q.shape, r.shape, rl[:, 0].tolist()
+            (torch.Size([2, 3]), torch.Size([6, 3]), [0, 0, 1, 1, 1, 1])
         """
         query, query_labels = embeddings_and_labels[query_split_name]
         parts = [embeddings_and_labels[name] for name in reference_split_names]
@@ -245,6 +268,8 @@ class BaseTester:
         """Whether the first rows of the reference are the query.
 
         Example:
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> tester = GlobalEmbeddingSpaceTester(data_device="cpu")
             >>> tester.ref_includes_query("val", ["val", "train"])
             True
         """
@@ -256,8 +281,11 @@ class BaseTester:
         """The key of ``measure`` in ``all_accuracies``.
 
         Example:
-            >>> tester.accuracies_keyname("precision_at_1", 2)
-            'precision_at_1_level2'
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> GlobalEmbeddingSpaceTester(data_device="cpu").accuracies_keyname("NMI", 2)
+            'NMI_level2'
+            >>> GlobalEmbeddingSpaceTester(pca=16).accuracies_keyname("NMI", average=True)
+            'AVERAGE_NMI_pca16'
         """
         name = f"AVERAGE_{measure}" if average else f"{measure}_level{label_hierarchy_level}"
         return name if self.pca is None else f"{name}_pca{self.pca}"
@@ -266,13 +294,14 @@ class BaseTester:
         """The label columns ``label_hierarchy_level`` selects, checked against ``labels``.
 
         Example:
+            >>> import torch
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> tester = GlobalEmbeddingSpaceTester(label_hierarchy_level="all")
             >>> tester.label_levels_to_evaluate(torch.zeros(4, 3, dtype=torch.long), "val")
-            [0]
+            [0, 1, 2]
         """
         num_levels = labels.shape[1]
-        if self.label_hierarchy_level == "all":
-            return list(range(num_levels))
-        levels = self._requested_levels()
+        levels = self._requested_levels(list(range(num_levels)))
         if max(levels) >= num_levels:
             raise InvalidArgumentError(
                 f"The labels of split {split_name!r} have {num_levels} level(s), so "
@@ -414,11 +443,15 @@ class BaseTester:
         for metric in next(iter(per_level.values())):
             values = [scores.get(metric) for scores in per_level.values()]
             if all(isinstance(v, numbers.Real) for v in values):
-                averages[self.accuracies_keyname(metric, average=True)] = float(np.mean(values))
+                mean = float(np.mean(np.asarray(values, dtype=np.float64)))
+                averages[self.accuracies_keyname(metric, average=True)] = mean
         return averages
 
-    def _requested_levels(self) -> list[int]:
+    def _requested_levels(self, all_levels: list[int]) -> list[int]:
+        """The levels asked for; ``all_levels`` stands for "all"."""
         level = self.label_hierarchy_level
+        if isinstance(level, str):
+            return all_levels
         return [level] if isinstance(level, int) else list(level)
 
     def _visualize(

@@ -18,8 +18,23 @@ class GlobalEmbeddingSpaceTester(BaseTester):
     of :class:`BaseTester`.
 
     Example:
-        >>> tester = GlobalEmbeddingSpaceTester(dataloader_num_workers=0, progress_bar=False)
-        >>> accuracies = tester.test({"val": val_dataset}, epoch=1, trunk_model=trunk)
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> generator = torch.Generator().manual_seed(0)
+        >>> labels = torch.arange(40) % 4
+        >>> data = torch.eye(4)[labels] + 0.1 * torch.randn(40, 4, generator=generator)
+        >>> splits = {"train": TensorDataset(data[:30], labels[:30]),
+        ...           "test": TensorDataset(data[30:], labels[30:])}
+        >>> tester = GlobalEmbeddingSpaceTester(
+        ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
+        >>> accuracies = tester.test(
+        ...     splits, epoch=1, trunk_model=torch.nn.Identity(),
+        ...     splits_to_eval=[("test", ["train"])])
+        >>> sorted(accuracies["test"])  # doctest: +NORMALIZE_WHITESPACE
+        ['AMI_level0', 'NMI_level0', 'epoch', 'mean_average_precision_at_r_level0',
+         'precision_at_1_level0', 'r_precision_level0']
+        >>> accuracies["test"]["precision_at_1_level0"]
+        1.0
     """
 
     def score_level(

@@ -26,8 +26,16 @@ class GlobalTwoStreamEmbeddingSpaceTester(GlobalEmbeddingSpaceTester):
     embedding followed by every positive's, and one row of labels per pair.
 
     Example:
-        >>> tester = GlobalTwoStreamEmbeddingSpaceTester(dataloader_num_workers=0)
-        >>> accuracies = tester.test({"val": pairs_dataset}, 1, trunk)
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from pytorch_metric_learning.evaluation import AccuracyCalculator
+        >>> anchors = torch.eye(3)[[0, 1, 2, 0, 1, 2]]
+        >>> pairs = TensorDataset(anchors, anchors + 0.1, torch.tensor([0, 1, 2, 0, 1, 2]))
+        >>> tester = GlobalTwoStreamEmbeddingSpaceTester(
+        ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
+        ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
+        >>> tester.test({"val": pairs}, 1, torch.nn.Identity())
+        {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
     """
 
     def set_reference_and_query(

@@ -7,6 +7,7 @@ import numbers
 import os
 import sys
 import warnings
+from types import FrameType
 from typing import Any
 
 import torch
@@ -29,21 +30,30 @@ class WithSameParentLabelTester(BaseTester):
     metric's average, with a warning.
 
     Example:
-        >>> tester = WithSameParentLabelTester(dataloader_num_workers=0)
-        >>> accuracies = tester.test({"val": dataset_with_two_label_columns}, 1, trunk)
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from pytorch_metric_learning.evaluation import AccuracyCalculator
+        >>> fine = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+        >>> labels = torch.stack([fine, fine // 2], dim=1)  # parents: {0, 1} and {2, 3}
+        >>> data = torch.eye(4)[fine] + 0.05 * torch.arange(8.0)[:, None]
+        >>> tester = WithSameParentLabelTester(
+        ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
+        ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
+        >>> tester.test({"val": TensorDataset(data, labels)}, 1, torch.nn.Identity())
+        {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
     """
 
     def label_levels_to_evaluate(self, labels: torch.Tensor, split_name: str) -> list[int]:
         """Levels that have a parent column: at most ``num_levels - 2``.
 
         Example:
+            >>> import torch
+            >>> tester = WithSameParentLabelTester(label_hierarchy_level="all")
             >>> tester.label_levels_to_evaluate(torch.zeros(4, 3, dtype=torch.long), "val")
-            [0]
+            [0, 1]
         """
         num_levels = labels.shape[1]
-        if self.label_hierarchy_level == "all" and num_levels > 1:
-            return list(range(num_levels - 1))
-        levels = [] if self.label_hierarchy_level == "all" else self._requested_levels()
+        levels = self._requested_levels(list(range(num_levels - 1)))
         if not levels or max(levels) > num_levels - 2:
             raise InvalidArgumentError(
                 f"{self._owner} needs a parent label column for every evaluated level: with "
@@ -117,7 +127,8 @@ def _average_over_parents(per_parent: dict[Any, dict[str, Any]], level: int) -> 
 def _stacklevel_outside_package() -> int:
     """The ``stacklevel`` of the first caller outside this library, for ``warnings.warn``."""
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package_dir):
         frame, level = frame.f_back, level + 1
     return level
