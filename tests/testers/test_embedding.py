@@ -302,11 +302,12 @@ def test_labels_with_too_many_dimensions_are_an_error() -> None:
         make_tester().test({"val": TensorDataset(data, labels)}, 1, make_model())
 
 
-def test_reference_splits_with_different_label_levels_are_an_error(split) -> None:
+@pytest.mark.parametrize("references", [["val", "wide"], ["wide"]])
+def test_splits_with_different_label_levels_are_an_error(split, references) -> None:
     wide = TensorDataset(torch.randn(4, 5), torch.zeros(4, 2, dtype=torch.long))
-    with pytest.raises(InvalidArgumentError, match="same number of label levels"):
+    with pytest.raises(InvalidArgumentError, match=r"\['val', 'wide'\].*same number of label"):
         make_tester().test(
-            {"val": split, "wide": wide}, 1, make_model(), splits_to_eval=[("val", ["val", "wide"])]
+            {"val": split, "wide": wide}, 1, make_model(), splits_to_eval=[("val", references)]
         )
 
 

@@ -255,9 +255,11 @@ class BaseTester:
         """
         query, query_labels = embeddings_and_labels[query_split_name]
         parts = [embeddings_and_labels[name] for name in reference_split_names]
+        _check_same_levels(
+            [(query, query_labels), *parts], [query_split_name, *reference_split_names]
+        )
         if len(parts) == 1:
             return query, query_labels, parts[0][0], parts[0][1]
-        _check_same_levels(parts, reference_split_names)
         reference = torch.cat([embeddings for embeddings, _ in parts])
         reference_labels = torch.cat([labels for _, labels in parts])
         return query, query_labels, reference, reference_labels
@@ -549,6 +551,6 @@ def _check_same_levels(
     levels = {name: labels.shape[1] for name, (_, labels) in zip(names, parts)}
     if len(set(levels.values())) > 1:
         raise InvalidArgumentError(
-            f"Reference splits {list(names)} must have the same number of label levels to be "
-            f"concatenated. Got {levels} instead."
+            f"Query and reference splits {list(dict.fromkeys(names))} must have the same "
+            f"number of label levels. Got {levels} instead."
         )
