@@ -7,7 +7,14 @@ import pytest
 import torch
 from sklearn.decomposition import PCA
 from sklearn.preprocessing import StandardScaler
-from tester_helpers import SpyCalculator, embed_by_hand, make_model, make_split, quiet
+from tester_helpers import (
+    CountingDataset,
+    SpyCalculator,
+    embed_by_hand,
+    make_model,
+    make_split,
+    quiet,
+)
 from torch.utils.data import Dataset, TensorDataset
 
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
@@ -319,3 +326,10 @@ def test_a_model_output_that_is_not_2d_is_an_error(split) -> None:
 def test_dataset_dict_must_be_a_non_empty_mapping() -> None:
     with pytest.raises(InvalidArgumentError, match="'dataset_dict'"):
         make_tester().test({}, 1, make_model())
+
+
+def test_wrong_label_levels_fail_before_the_next_split_is_embedded(split) -> None:
+    later = CountingDataset(torch.randn(4, 5), torch.zeros(4, 2, dtype=torch.long))
+    with pytest.raises(InvalidArgumentError, match="split 'val'"):
+        make_tester(label_hierarchy_level=1).test({"val": split, "later": later}, 1, make_model())
+    assert later.reads == 0

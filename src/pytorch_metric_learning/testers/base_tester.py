@@ -179,11 +179,9 @@ class BaseTester:
         self._check_plan(plan)
         logger.info("Evaluating epoch %s", epoch)
         embedder = _identity if embedder_model is None else embedder_model
-        with _eval_mode(trunk_model, embedder):
-            self.embeddings_and_labels = {
-                name: self._embed(dataset_dict[name], name, trunk_model, embedder, collate_fn)
-                for name in splits_to_embed(plan)
-            }
+        self.embeddings_and_labels = self._embed_splits(
+            dataset_dict, splits_to_embed(plan), trunk_model, embedder, collate_fn
+        )
         try:
             self.all_accuracies = {}
             for query_split_name, reference_split_names in plan:
@@ -337,6 +335,25 @@ class BaseTester:
     @property
     def _owner(self) -> str:
         return type(self).__name__
+
+    def _embed_splits(
+        self,
+        dataset_dict: Mapping[str, Any],
+        names: list[str],
+        trunk: Model,
+        embedder: Model,
+        collate_fn: Any,
+    ) -> EmbeddingsAndLabels:
+        """Embed each split once; check its labels for the chosen levels right away."""
+        embeddings_and_labels = {}
+        with _eval_mode(trunk, embedder):
+            for name in names:
+                embeddings, labels = self._embed(
+                    dataset_dict[name], name, trunk, embedder, collate_fn
+                )
+                self.label_levels_to_evaluate(labels, name)
+                embeddings_and_labels[name] = (embeddings, labels)
+        return embeddings_and_labels
 
     def _embed(
         self, dataset: Any, split_name: str, trunk: Model, embedder: Model, collate_fn: Any
