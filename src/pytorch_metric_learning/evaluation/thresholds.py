@@ -167,12 +167,12 @@ def check_pairs(scores: Any, labels: Any, owner: str) -> tuple[torch.Tensor, tor
         raise invalid("labels", owner, "boolean (compare integer labels with == 1)", labels.dtype)
     if labels.shape != scores.shape:
         raise invalid("labels", owner, f"shaped {tuple(scores.shape)} like scores", labels.shape)
-    if not bool(torch.isfinite(scores).all()):
+    if not np.isfinite(_as_numpy(scores)).all():
         raise InvalidArgumentError(
             f"The 'scores' parameter of {owner} contains NaN or infinite values; "
             "scores must be finite distances or similarities."
         )
-    positives = int(labels.sum())
+    positives = int(np.count_nonzero(labels.numpy()))
     if positives in (0, len(labels)):
         raise InvalidArgumentError(
             f"The 'labels' parameter of {owner} must contain both True and False. "
@@ -198,6 +198,11 @@ def _as_cpu_tensor(value: Any, param: str, owner: str, kind: str) -> torch.Tenso
     return torch.from_numpy(array)
 
 
+def _as_numpy(scores: torch.Tensor) -> np.ndarray:
+    """A NumPy view of CPU scores (a float32 copy for bfloat16, which NumPy lacks)."""
+    return (scores.float() if scores.dtype == torch.bfloat16 else scores).numpy()
+
+
 def count_candidates(
     scores: torch.Tensor, labels: torch.Tensor, is_inverted: bool
 ) -> tuple[np.ndarray, MatchCounts]:
@@ -210,24 +215,38 @@ def count_candidates(
     """
     labels_np = labels.numpy()
     if scores.dtype == torch.float64:
-        ordered, ordered_labels = _sort_float64(scores.numpy(), labels_np, is_inverted)
+        ordered, ordered_labels = _sort_by_class(scores.numpy(), labels_np, is_inverted)
         ends = _group_ends(ordered)
-        distinct = ordered[ends]
+        distinct = -ordered[ends] if is_inverted else ordered[ends]
     else:
-        keys, ordered_labels = _sort_packed(scores.float().numpy(), labels_np, is_inverted)
+        values = _as_numpy(scores).astype(np.float32, copy=False)
+        keys, ordered_labels = _sort_packed(values, labels_np, is_inverted)
         ends = _group_ends(keys)
         distinct = _decode_keys(keys[ends], is_inverted)
     positives = np.cumsum(ordered_labels, dtype=np.int64)[ends]
     return distinct, _counts(positives, ends + 1, int(positives[-1]), len(labels_np))
 
 
-def _sort_float64(
+def _sort_by_class(
     values: np.ndarray, labels: np.ndarray, is_inverted: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(values)
-    if is_inverted:
-        order = order[::-1]
-    return values[order], labels[order]
+    """Sort scores most alike first, with their labels, for scores too wide to pack.
+
+    Each class is sorted on its own and the two runs are merged by binary search, which
+    costs less than an argsort and the gathers it needs. Returned scores are negated when
+    ``is_inverted``, so that ascending order is most alike first.
+    """
+    keys = -values if is_inverted else values
+    positives, negatives = np.sort(keys[labels]), np.sort(keys[~labels])
+    at_positives = np.searchsorted(negatives, positives, "left")
+    at_positives += np.arange(len(positives))
+    at_negatives = np.searchsorted(positives, negatives, "right")
+    at_negatives += np.arange(len(negatives))
+    ordered = np.empty_like(keys)
+    ordered[at_positives], ordered[at_negatives] = positives, negatives
+    ordered_labels = np.zeros(len(keys), dtype=np.bool_)
+    ordered_labels[at_positives] = True
+    return ordered, ordered_labels
 
 
 def _sort_packed(
@@ -238,13 +257,20 @@ def _sort_packed(
     The key of a score is its bit pattern mapped so that unsigned order is numeric order
     (flipped when larger scores are more alike); -0.0 is first folded onto +0.0.
     """
-    bits = (values + np.float32(0.0)).view(np.uint32)
-    key = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000))
+    bits = (values + np.float32(0.0)).view(np.int32)
+    flip = bits >> 31  # all ones for negative scores, whose order the bit pattern reverses
+    flip |= np.int32(-(2**31))
+    flip ^= bits
+    key = flip.view(np.uint32)
     if is_inverted:
-        key = ~key
-    packed = (key.astype(np.uint64) << np.uint64(1)) | labels.astype(np.uint64)
+        np.invert(key, out=key)
+    packed = key.astype(np.uint64)
+    packed <<= np.uint64(1)
+    packed |= labels
     packed.sort()
-    return packed >> np.uint64(1), (packed & np.uint64(1)).astype(np.bool_)
+    ordered_labels = np.bitwise_and(packed, np.uint8(1), dtype=np.uint8).view(np.bool_)
+    packed >>= np.uint64(1)
+    return packed, ordered_labels
 
 
 def _decode_keys(keys: np.ndarray, is_inverted: bool) -> np.ndarray:
@@ -340,14 +366,13 @@ def evaluate_metric(metric: Metric, counts: MatchCounts, owner: str) -> torch.Te
 
 def best_candidate(values: torch.Tensor, owner: str) -> int:
     """The index of the largest non-NaN value; ties go to the fewest matches (lowest index)."""
-    defined = ~torch.isnan(values)
-    if not bool(defined.any()):
+    array = values.numpy()
+    if np.isnan(array).all():
         raise InvalidArgumentError(
             f"The 'metric' parameter of {owner} returned NaN for every candidate threshold; "
             "no threshold satisfies it on these validation pairs."
         )
-    best = values[defined].max()
-    return int(torch.nonzero(defined & (values == best))[0, 0])
+    return int(np.argmax(array == np.nanmax(array)))
 
 
 def counts_at_threshold(
