@@ -6,6 +6,8 @@ Importing this package imports neither faiss nor scikit-learn.
 from __future__ import annotations
 
 from ._plugin_proxy import FaissKMeans, FaissKNN
+from .accuracy_calculator import AccuracyCalculator
+from .kmeans import TorchKMeans
 from .knn import CustomKNN
 from .protocols import KMeansFunc, KNNFunc
 from .registry import (
@@ -29,4 +31,6 @@ __all__ = [
     "load_knn_func",
     "register_kmeans_backend",
     "register_knn_backend",
+    "AccuracyCalculator",
+    "TorchKMeans",
 ]
