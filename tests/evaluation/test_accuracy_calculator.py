@@ -598,3 +598,20 @@ def test_default_search_is_euclidean_without_normalization():
     calc = AccuracyCalculator(include=("precision_at_1",))
     got = calc.get_accuracy(query, torch.tensor([0]), reference, torch.tensor([0, 1]))
     assert got["precision_at_1"] == 0.0
+
+
+def test_docstring_examples():
+    import doctest
+
+    from pytorch_metric_learning.evaluation import accuracy_calculator as module
+
+    assert doctest.testmod(module, raise_on_error=False).failed == 0
+
+
+def test_compat_docstring_examples():
+    import doctest
+
+    from pytorch_metric_learning.evaluation import _compat, _label_stats
+
+    assert doctest.testmod(_compat).failed == 0
+    assert doctest.testmod(_label_stats).failed == 0

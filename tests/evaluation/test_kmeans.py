@@ -104,3 +104,11 @@ def test_registered_as_the_torch_backend():
     backend = load_kmeans_func({"name": "torch", "seed": 1, "n_init": 2})
     assert isinstance(backend, TorchKMeans) and isinstance(backend, KMeansFunc)
     assert (backend.seed, backend.n_init) == (1, 2)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from pytorch_metric_learning.evaluation import kmeans as module
+
+    assert doctest.testmod(module, raise_on_error=False).failed == 0

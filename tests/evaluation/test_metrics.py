@@ -107,3 +107,11 @@ def test_average_and_per_class():
 def test_invalid_inputs(call, error):
     with pytest.raises(error):
         call()
+
+
+def test_docstring_examples():
+    import doctest
+
+    from pytorch_metric_learning.evaluation import metrics as module
+
+    assert doctest.testmod(module, raise_on_error=False).failed == 0

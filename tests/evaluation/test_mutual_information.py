@@ -104,3 +104,11 @@ def test_invalid_inputs():
         mi.adjusted_mutual_info(torch.zeros(3), torch.zeros(4))
     with pytest.raises(TypeError):
         mi.normalized_mutual_info([0, 1], torch.zeros(2))
+
+
+def test_docstring_examples():
+    import doctest
+
+    from pytorch_metric_learning.evaluation import mutual_information as module
+
+    assert doctest.testmod(module, raise_on_error=False).failed == 0

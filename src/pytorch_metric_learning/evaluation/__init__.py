@@ -9,6 +9,7 @@ from ._plugin_proxy import FaissKMeans, FaissKNN
 from .accuracy_calculator import AccuracyCalculator
 from .kmeans import TorchKMeans
 from .knn import CustomKNN
+from .mutual_information import adjusted_mutual_info, normalized_mutual_info
 from .protocols import KMeansFunc, KNNFunc
 from .registry import (
     list_kmeans_backends,
@@ -33,4 +34,6 @@ __all__ = [
     "register_knn_backend",
     "AccuracyCalculator",
     "TorchKMeans",
+    "adjusted_mutual_info",
+    "normalized_mutual_info",
 ]

@@ -15,7 +15,6 @@ keyword arguments 2.x passed (``knn_labels``, ``query_labels``, ``not_lone_query
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from .._validation import check_embeddings, invalid
+from .._warnings import warn_external
 from ..distances import LpDistance
 from ..errors import InvalidArgumentError, InvalidTypeError
 from . import metrics
@@ -389,9 +389,8 @@ class AccuracyCalculator:
         stats = label_stats(query_labels, reference_labels, ref_includes_query, comparison)
         not_lone = stats.not_lone
         if not bool(not_lone.any()):
-            warnings.warn(
-                "None of the query labels are in the reference set: the k-NN metrics are NaN.",
-                stacklevel=3,
+            warn_external(
+                "None of the query labels are in the reference set: the k-NN metrics are NaN."
             )
         k = self._neighbours_needed(
             list(functions), stats, len(reference) - int(ref_includes_query)
@@ -436,25 +435,24 @@ class AccuracyCalculator:
 
     def _r_neighbours(self, max_bin_count: int, names: list[str]) -> int:
         if isinstance(self.k, int) and self.k < max_bin_count:
-            warnings.warn(
+            warn_external(
                 f"AccuracyCalculator computes {names} with k={self.k}, below the largest "
                 f"number of relevant references ({max_bin_count}), so their values are wrong. "
-                "Use k='max_bin_count' (or k=None). For MAP@k use 'mean_average_precision'.",
-                stacklevel=5,
+                "Use k='max_bin_count' (or k=None). For MAP@k use 'mean_average_precision'."
             )
             return self.k
         return max_bin_count
 
     def _k_neighbours(self, max_bin_count: int, available: int) -> int:
+        """Neighbours for metrics that use all k: k, the max bin count, or every reference."""
         if self.k is None:
             return available
-        if self.k == "max_bin_count":
+        if isinstance(self.k, str):  # "max_bin_count"
             return max_bin_count
         if self.k > available:
-            warnings.warn(
+            warn_external(
                 f"The 'k' parameter of AccuracyCalculator ({self.k}) is larger than the "
-                f"{available} references that can be retrieved; using k={available}.",
-                stacklevel=5,
+                f"{available} references that can be retrieved; using k={available}."
             )
         return int(self.k)
 

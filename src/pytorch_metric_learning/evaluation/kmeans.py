@@ -43,7 +43,7 @@ class TorchKMeans:
     def __init__(
         self,
         n_init: int = 1,
-        max_iter: int = 50,
+        max_iter: int = 20,
         tol: float = 1e-4,
         seed: int | None = 0,
         init_size: int | None = 16384,
