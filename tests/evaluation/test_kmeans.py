@@ -7,7 +7,7 @@ import torch
 from sklearn.metrics import normalized_mutual_info_score
 
 from pytorch_metric_learning.evaluation import KMeansFunc, TorchKMeans, load_kmeans_func
-from pytorch_metric_learning.evaluation.kmeans import _assign
+from pytorch_metric_learning.evaluation.kmeans import _lloyd, _nearest_two
 
 
 def blobs(num_clusters, per_cluster, dims=16, spread=0.05, seed=0):
@@ -33,13 +33,40 @@ def test_recovers_separated_clusters(num_clusters):
     assert normalized_mutual_info_score(labels.numpy(), clusters.numpy()) == pytest.approx(1.0)
 
 
-def test_assignment_is_to_the_nearest_center():
+def test_nearest_centre_and_bounds():
     x, _ = blobs(5, 10, spread=2.0)
     centers = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(1))[:7]]
-    labels, min_dist = _assign(x, centers)
-    brute = torch.cdist(x.double(), centers.double()) ** 2
+    labels, upper, lower = _nearest_two(x, centers)
+    brute = torch.cdist(x.double(), centers.double())
+    two = brute.topk(2, dim=1, largest=False).values
     assert torch.equal(labels, brute.argmin(dim=1))
-    assert torch.allclose(min_dist.double(), brute.min(dim=1).values, atol=1e-3)
+    assert bool((upper.double() >= two[:, 0] - 1e-9).all())
+    assert bool((lower.double() <= two[:, 1] + 1e-9).all())
+    assert bool((upper.double() - two[:, 0] < 0.5).all())  # widened by rounding only
+
+
+def plain_lloyd(x, centers, iterations):
+    x, centers = x.double(), centers.double().clone()
+    labels = torch.cdist(x, centers).argmin(dim=1)
+    for _ in range(iterations):
+        for c in range(len(centers)):
+            members = x[labels == c]
+            if len(members):
+                centers[c] = members.mean(dim=0)
+        new_labels = torch.cdist(x, centers).argmin(dim=1)
+        if torch.equal(new_labels, labels):
+            break
+        labels = new_labels
+    return labels
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bounded_lloyd_equals_plain_lloyd(seed):
+    """Hamerly's bounds only skip work: the iterations end where plain Lloyd's do."""
+    x, _ = blobs(15, 12, spread=7.0, seed=seed)
+    start = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:15]]
+    labels, _ = _lloyd(x, start.clone(), max_iter=100, threshold=0.0)
+    assert torch.equal(labels, plain_lloyd(x, start, 100))
 
 
 def test_a_fixed_seed_is_reproducible():

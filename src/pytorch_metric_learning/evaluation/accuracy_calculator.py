@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .._validation import check_embeddings, invalid
+from .._validation import check_embeddings, check_same_device, invalid
 from .._warnings import warn_external
 from ..distances import LpDistance
 from ..errors import InvalidArgumentError, InvalidTypeError
@@ -325,6 +325,7 @@ class AccuracyCalculator:
         reference = self._embeddings(reference, "reference")
         query_labels = self._labels(query_labels, "query_labels", query)
         reference_labels = self._labels(reference_labels, "reference_labels", reference)
+        check_same_device(query, reference, "query and reference", OWNER)
         if query.shape[1] != reference.shape[1]:
             raise invalid(
                 "reference",

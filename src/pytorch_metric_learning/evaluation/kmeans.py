@@ -97,17 +97,8 @@ class TorchKMeans:
             self._seeding_rows(x, num_clusters, generator), num_clusters, generator
         )
         threshold = self.tol * float(x.var(dim=0, unbiased=False).sum()) if len(x) > 1 else 0.0
-        labels, min_dist = _assign(x, centers)
-        for _ in range(self.max_iter):
-            new_centers = _update_centers(x, labels, min_dist, centers)
-            shift = float(((new_centers - centers) ** 2).sum())
-            centers = new_centers
-            new_labels, min_dist = _assign(x, centers)
-            converged = shift <= threshold or torch.equal(new_labels, labels)
-            labels = new_labels
-            if converged:
-                break
-        return labels, float(min_dist.sum())
+        labels, centers = _lloyd(x, centers, self.max_iter, threshold)
+        return labels, _inertia(x, centers, labels)
 
     def _seeding_rows(
         self, x: torch.Tensor, num_clusters: int, generator: torch.Generator
@@ -137,23 +128,99 @@ def _kmeans_plus_plus(
     return centers
 
 
-def _assign(x: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nearest centre of every row and the squared distance to it, in row blocks."""
+def _lloyd(
+    x: torch.Tensor, centers: torch.Tensor, max_iter: int, threshold: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lloyd's iterations with Hamerly's bounds, which skip rows whose centre cannot change.
+
+    Each row keeps an upper bound on its distance to its centre and a lower bound on its
+    distance to every other centre; after the centres move, only rows whose bounds no
+    longer prove the assignment are measured again (a GEMM on those rows only).
+    """
+    labels, upper, lower = _nearest_two(x, centers)
+    for _ in range(max_iter):
+        new_centers = _update_centers(x, labels, upper, centers)
+        moved = (new_centers - centers).norm(dim=1)
+        centers = new_centers
+        upper += moved[labels]
+        lower -= _largest_other(moved, labels)
+        changed = _reassign(x, centers, labels, upper, lower)
+        if changed == 0 or float((moved * moved).sum()) <= threshold:
+            break
+    return labels, centers
+
+
+def _largest_other(moved: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """For each row, the largest shift among the centres other than its own."""
+    if len(moved) == 1:
+        return moved.new_zeros(len(labels))
+    top = torch.topk(moved, 2)
+    return torch.where(labels == top.indices[0], top.values[1], top.values[0])
+
+
+def _reassign(
+    x: torch.Tensor,
+    centers: torch.Tensor,
+    labels: torch.Tensor,
+    upper: torch.Tensor,
+    lower: torch.Tensor,
+) -> int:
+    """Update, in place, the rows whose bounds allow another centre; return how many moved."""
+    half_gap = 0.5 * _nearest_two(centers, centers)[2]  # to the nearest other centre
+    bound = torch.maximum(lower, half_gap[labels])
+    check = torch.nonzero(upper > bound).flatten()
+    if len(check):
+        upper[check] = (x[check] - centers[labels[check]]).norm(dim=1)
+        check = check[upper[check] > bound[check]]
+    if len(check) == 0:
+        return 0
+    new_labels, upper[check], lower[check] = _nearest_two(x[check], centers)
+    changed = int((new_labels != labels[check]).sum())
+    labels[check] = new_labels
+    return changed
+
+
+def _nearest_two(
+    x: torch.Tensor, centers: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Nearest centre of every row, an upper bound on the distance to it and a lower bound
+    on the distance to the second nearest (``inf`` with one centre), in row blocks.
+
+    Distances come from ``|x|^2 - 2 x.c + |c|^2`` in the input's precision; the bounds are
+    widened by that expansion's rounding error so that they stay bounds.
+    """
     labels = torch.empty(len(x), dtype=torch.long, device=x.device)
-    min_dist = torch.empty(len(x), dtype=x.dtype, device=x.device)
+    upper = torch.empty(len(x), dtype=x.dtype, device=x.device)
+    lower = torch.full((len(x),), float("inf"), dtype=x.dtype, device=x.device)
     centers_sq = (centers * centers).sum(dim=1)
+    slack = 16 * torch.finfo(x.dtype).eps * x.shape[1] ** 0.5
     rows = max(1, _BLOCK_ELEMENTS // len(centers))
     for start in range(0, len(x), rows):
         block = x[start : start + rows]
+        block_sq = (block * block).sum(dim=1, keepdim=True)
         scores = torch.addmm(centers_sq, block, centers.T, alpha=-2)
-        values, indices = scores.min(dim=1)
-        labels[start : start + rows] = indices
-        min_dist[start : start + rows] = (values + (block * block).sum(dim=1)).clamp_(min=0)
-    return labels, min_dist
+        values, indices = torch.topk(scores, min(2, len(centers)), dim=1, largest=False)
+        values = values + block_sq
+        error = slack * (block_sq + centers_sq.max())
+        labels[start : start + rows] = indices[:, 0]
+        upper[start : start + rows] = (values[:, 0] + error[:, 0]).clamp_(min=0).sqrt_()
+        if len(centers) > 1:
+            lower[start : start + rows] = (values[:, 1] - error[:, 0]).clamp_(min=0).sqrt_()
+    return labels, upper, lower
+
+
+def _inertia(x: torch.Tensor, centers: torch.Tensor, labels: torch.Tensor) -> float:
+    """Sum of squared distances of the rows to their centres, in row blocks."""
+    rows = max(1, _BLOCK_ELEMENTS // x.shape[1])
+    total = 0.0
+    for start in range(0, len(x), rows):
+        diff = x[start : start + rows] - centers[labels[start : start + rows]]
+        total += float((diff * diff).sum(dtype=torch.float64))
+    return total
 
 
 def _update_centers(
-    x: torch.Tensor, labels: torch.Tensor, min_dist: torch.Tensor, centers: torch.Tensor
+    x: torch.Tensor, labels: torch.Tensor, distance: torch.Tensor, centers: torch.Tensor
 ) -> torch.Tensor:
     """Means of the clusters; an empty cluster moves to a row far from its centre."""
     num_clusters = len(centers)
@@ -162,6 +229,6 @@ def _update_centers(
     new_centers = sums / counts.clamp(min=1).unsqueeze(1).to(x.dtype)
     empty = torch.nonzero(counts == 0).flatten()
     if len(empty):
-        farthest = torch.topk(min_dist, len(empty)).indices
+        farthest = torch.topk(distance, len(empty)).indices
         new_centers[empty] = x[farthest]
     return new_centers
