@@ -119,9 +119,15 @@ def _kmeans_plus_plus(
     first = int(torch.randint(len(x), (1,), generator=generator, device=x.device))
     centers[0] = x[first]
     closest = (x_sq - 2 * (x @ centers[0]) + x_sq[first]).clamp_(min=0)
+    draws = torch.rand(num_clusters, generator=generator, device=x.device, dtype=torch.float64)
     for i in range(1, num_clusters):
-        weights = closest if float(closest.sum()) > 0 else torch.ones_like(closest)
-        chosen = int(torch.multinomial(weights, 1, generator=generator))
+        cumulative = closest.cumsum(0, dtype=torch.float64)
+        total = float(cumulative[-1])
+        if total > 0:  # draw a row with probability proportional to its D(x)^2
+            target = draws[i] * total
+            chosen = min(int(torch.searchsorted(cumulative, target, right=True)), len(x) - 1)
+        else:  # every row is already a centre
+            chosen = int(draws[i] * len(x))
         centers[i] = x[chosen]
         distance = (x_sq - 2 * (x @ centers[i]) + x_sq[chosen]).clamp_(min=0)
         torch.minimum(closest, distance, out=closest)
@@ -169,6 +175,11 @@ def _reassign(
     half_gap = 0.5 * _nearest_two(centers, centers)[2]  # to the nearest other centre
     bound = torch.maximum(lower, half_gap[labels])
     check = torch.nonzero(upper > bound).flatten()
+    if 2 * len(check) > len(x):  # most rows need a look: one pass without gathering them
+        new_labels, upper[:], lower[:] = _nearest_two(x, centers)
+        changed = int((new_labels != labels).sum())
+        labels.copy_(new_labels)
+        return changed
     if len(check):
         upper[check] = (x[check] - centers[labels[check]]).norm(dim=1)
         check = check[upper[check] > bound[check]]
