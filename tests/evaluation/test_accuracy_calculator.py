@@ -126,12 +126,13 @@ def assert_close(got, want):
             assert got[name] == pytest.approx(value, abs=1e-12), name
 
 
-def clustered(n, num_labels, dims=6, seed=0):
+def clustered(n, num_labels, dims=6, seed=0, dtype=torch.float64):
+    """Float64 by default, so that no two distances tie at the search's precision."""
     generator = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, num_labels, (n,), generator=generator)
-    centers = torch.randn(num_labels, dims, generator=generator)
-    x = centers[labels] + 0.8 * torch.randn(n, dims, generator=generator)
-    return x, labels
+    centers = torch.randn(num_labels, dims, generator=generator, dtype=torch.float64)
+    x = centers[labels] + 0.8 * torch.randn(n, dims, generator=generator, dtype=torch.float64)
+    return x.to(dtype), labels
 
 
 def knn_calc(**kwargs):
@@ -141,9 +142,10 @@ def knn_calc(**kwargs):
 # ----- correctness against the oracle -----
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("k", [None, "max_bin_count", 4, 1000])
-def test_self_retrieval(k):
-    x, y = clustered(150, 8)
+def test_self_retrieval(k, dtype):
+    x, y = clustered(150, 8, dtype=dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = knn_calc(k=k).get_accuracy(x, y)
@@ -615,3 +617,13 @@ def test_compat_docstring_examples():
 
     assert doctest.testmod(_compat).failed == 0
     assert doctest.testmod(_label_stats).failed == 0
+
+
+@pytest.mark.faiss
+def test_faiss_backends_by_name_give_the_same_knn_metrics():
+    x, y = clustered(300, 6, seed=15)
+    ours = knn_calc().get_accuracy(x, y)
+    faiss_knn = knn_calc(knn_func="faiss").get_accuracy(x, y)
+    assert faiss_knn == pytest.approx(ours, abs=1e-12)
+    got = AccuracyCalculator(include=("NMI", "AMI"), kmeans_func="faiss").get_accuracy(x, y)
+    assert 0.0 <= got["NMI"] <= 1.0

@@ -64,6 +64,7 @@ def plain_lloyd(x, centers, iterations):
 def test_bounded_lloyd_equals_plain_lloyd(seed):
     """Hamerly's bounds only skip work: the iterations end where plain Lloyd's do."""
     x, _ = blobs(15, 12, spread=7.0, seed=seed)
+    x = x.double()  # float64 on both sides: no assignment decided by rounding
     start = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:15]]
     labels, _ = _lloyd(x, start.clone(), max_iter=100, threshold=0.0)
     assert torch.equal(labels, plain_lloyd(x, start, 100))
