@@ -11,6 +11,8 @@ __all__ = ["TorchKMeans"]
 
 # Elements of one (rows, clusters) distance block.
 _BLOCK_ELEMENTS = 1 << 23
+# Keep Hamerly's bounds while at most this fraction of the rows needs measuring.
+_KEEP_BOUNDS = 0.9
 
 
 class TorchKMeans:
@@ -141,16 +143,24 @@ def _lloyd(
 
     Each row keeps an upper bound on its distance to its centre and a lower bound on its
     distance to every other centre; after the centres move, only rows whose bounds no
-    longer prove the assignment are measured again (a GEMM on those rows only).
+    longer prove the assignment are measured again (a GEMM on those rows only). When the
+    bounds stop pruning (overlapping clusters), plain passes, which are cheaper, take over.
     """
     labels, upper, lower = _nearest_two(x, centers)
+    bounded = True
     for _ in range(max_iter):
         new_centers = _update_centers(x, labels, upper, centers)
         moved = (new_centers - centers).norm(dim=1)
         centers = new_centers
-        upper += moved[labels]
-        lower -= _largest_other(moved, labels)
-        changed = _reassign(x, centers, labels, upper, lower)
+        if bounded:
+            upper += moved[labels]
+            lower -= _largest_other(moved, labels)
+            changed, looked = _reassign(x, centers, labels, upper, lower)
+            bounded = looked <= _KEEP_BOUNDS * len(x)
+        else:
+            new_labels, upper = _nearest(x, centers)
+            changed = int((new_labels != labels).sum())
+            labels = new_labels
         if changed == 0 or float((moved * moved).sum()) <= threshold:
             break
     return labels, centers
@@ -170,8 +180,11 @@ def _reassign(
     labels: torch.Tensor,
     upper: torch.Tensor,
     lower: torch.Tensor,
-) -> int:
-    """Update, in place, the rows whose bounds allow another centre; return how many moved."""
+) -> tuple[int, int]:
+    """Update, in place, the rows whose bounds allow another centre.
+
+    Returns how many rows changed centre and how many had to be measured.
+    """
     half_gap = 0.5 * _nearest_two(centers, centers)[2]  # to the nearest other centre
     bound = torch.maximum(lower, half_gap[labels])
     check = torch.nonzero(upper > bound).flatten()
@@ -179,16 +192,31 @@ def _reassign(
         new_labels, upper[:], lower[:] = _nearest_two(x, centers)
         changed = int((new_labels != labels).sum())
         labels.copy_(new_labels)
-        return changed
+        return changed, len(check)
     if len(check):
         upper[check] = (x[check] - centers[labels[check]]).norm(dim=1)
         check = check[upper[check] > bound[check]]
     if len(check) == 0:
-        return 0
+        return 0, 0
     new_labels, upper[check], lower[check] = _nearest_two(x[check], centers)
     changed = int((new_labels != labels[check]).sum())
     labels[check] = new_labels
-    return changed
+    return changed, len(check)
+
+
+def _nearest(x: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest centre of every row and the distance to it, in row blocks."""
+    labels = torch.empty(len(x), dtype=torch.long, device=x.device)
+    distance = torch.empty(len(x), dtype=x.dtype, device=x.device)
+    centers_sq = (centers * centers).sum(dim=1)
+    rows = max(1, _BLOCK_ELEMENTS // len(centers))
+    for start in range(0, len(x), rows):
+        block = x[start : start + rows]
+        values, indices = torch.addmm(centers_sq, block, centers.T, alpha=-2).min(dim=1)
+        labels[start : start + rows] = indices
+        squared = values + (block * block).sum(dim=1)
+        distance[start : start + rows] = squared.clamp_(min=0).sqrt_()
+    return labels, distance
 
 
 def _nearest_two(
