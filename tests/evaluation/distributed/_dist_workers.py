@@ -97,6 +97,19 @@ def _absent_rank_case(case: dict[str, Any], rank: int) -> Any:
     return _knn_case(case, rank)
 
 
+def _kmeans_case(case: dict[str, Any], rank: int) -> Any:
+    from pytorch_metric_learning.evaluation import load_kmeans_func
+
+    x = shard(case["x"], case["counts"], rank)
+    kmeans = load_kmeans_func({"name": "torch_distributed", **case.get("options", {})})
+    clusters = (
+        case["num_clusters"][rank]
+        if isinstance(case["num_clusters"], list)
+        else case["num_clusters"]
+    )
+    return kmeans(x, clusters)
+
+
 def _raising_knn(
     query: torch.Tensor, k: int, reference: torch.Tensor | None = None, ref: bool = False
 ) -> Any:
@@ -119,4 +132,5 @@ def _group(case: dict[str, Any]) -> Any:
 RUNNERS: dict[str, Callable[[dict[str, Any], int], Any]] = {
     "knn": _knn_case,
     "absent_rank": _absent_rank_case,
+    "kmeans": _kmeans_case,
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pytest
@@ -108,19 +107,6 @@ def test_without_a_process_group_the_error_says_what_to_do() -> None:
     assert not dist.is_initialized()
     with pytest.raises(DistributedEvaluationError, match="init_process_group"):
         DistributedKNN()(torch.zeros(2, 3), 1)
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{os.path.join(tmp_path, 'init')}",
-        rank=0,
-        world_size=1,
-        timeout=timedelta(seconds=10),
-    )
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("ref_includes_query", [False, True])

@@ -8,6 +8,12 @@ shards concatenated in rank order. Importing this package does not initialize
 from __future__ import annotations
 
 from ._collectives import DistributedEvaluationError
+from .kmeans import DistributedKMeans
 from .knn import DistributedKNN, merge_top_k
 
-__all__ = ["DistributedEvaluationError", "DistributedKNN", "merge_top_k"]
+__all__ = [
+    "DistributedEvaluationError",
+    "DistributedKMeans",
+    "DistributedKNN",
+    "merge_top_k",
+]
