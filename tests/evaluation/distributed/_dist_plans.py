@@ -28,6 +28,16 @@ def knn_case(name: str, query_counts: list[int], rest_counts: list[int] | None, 
     return case
 
 
+def labelled(case: dict[str, Any], width: int | None = None) -> dict[str, Any]:
+    """Give every query and rest row an integer label (rows of ``width`` labels if given)."""
+    generator = torch.Generator().manual_seed(17)
+    shape = () if width is None else (width,)
+    case["query_labels"] = torch.randint(5, (len(case["query"]), *shape), generator=generator)
+    if case["rest"] is not None:
+        case["rest_labels"] = torch.randint(5, (len(case["rest"]), *shape), generator=generator)
+    return case
+
+
 def blobs(counts: list[int], num_blobs: int, seed: int, spread: float = 0.05):
     """Well separated blobs, rows in random blob order: ``(x, blob of each row)``."""
     generator = torch.Generator().manual_seed(seed)
@@ -71,6 +81,9 @@ def knn_plan(world: int) -> list[dict[str, Any]]:
             options={"knn_func": {"name": "custom", "distance": "cosine"}, "block_size": 2},
         ),
         knn_case("one_block", uneven, others, k=1, options={"block_size": 64}),
+        labelled(knn_case("labels", uneven, others, k=3)),
+        labelled(knn_case("labels_self", uneven, others, k=4, ref_includes_query=True), width=2),
+        labelled(knn_case("labels_no_reference", uneven, None, k=2, ref_includes_query=True)),
         knn_case("k_mismatch", uneven, others, k=[3, 4, 3][:world]),
         knn_case("k_zero", uneven, others, k=0),
         knn_case("k_too_big", uneven, others, k=sum(others) + 1),

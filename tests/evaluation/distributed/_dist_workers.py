@@ -77,16 +77,28 @@ def _knn_case(case: dict[str, Any], rank: int) -> Any:
         return None
     group_rank = rank if group is None else dist.get_rank(group)
     query = shard(case["query"], case["query_counts"], group_rank)
-    reference = None
-    if case.get("rest") is not None:
-        rest = shard(case["rest"], case["rest_counts"], group_rank)
-        reference = torch.cat([query, rest]) if case["ref_includes_query"] else rest
+    reference = _reference_shard(case, group_rank, "query", "rest")
     options = dict(case.get("options", {}))
     if "fail_on_rank" in case and rank == case["fail_on_rank"]:
         options["knn_func"] = _raising_knn
     knn = load_knn_func({"name": "torch_distributed", **options}, group=group)
     k = case["k"][rank] if isinstance(case["k"], list) else case["k"]
+    if "query_labels" in case:
+        labels = _reference_shard(case, group_rank, "query_labels", "rest_labels")
+        if labels is None:
+            labels = shard(case["query_labels"], case["query_counts"], group_rank)
+        return knn.search_with_labels(query, k, reference, labels, case["ref_includes_query"])
     return knn(query, k, reference, case["ref_includes_query"])
+
+
+def _reference_shard(case: dict[str, Any], rank: int, own: str, rest: str) -> Any:
+    """This rank's reference rows (or labels): its rest rows, after its queries if included."""
+    if case.get(rest) is None:
+        return None
+    rest_rows = shard(case[rest], case["rest_counts"], rank)
+    if case["ref_includes_query"]:
+        return torch.cat([shard(case[own], case["query_counts"], rank), rest_rows])
+    return rest_rows
 
 
 def _absent_rank_case(case: dict[str, Any], rank: int) -> Any:

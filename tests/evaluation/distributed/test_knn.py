@@ -63,6 +63,29 @@ def test_equals_single_process_custom_knn(ran, name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["labels", "labels_self", "labels_no_reference"])
+def test_labels_travel_with_the_neighbours(ran, name: str) -> None:
+    world, cases, results = ran
+    case = cases[name]
+    distances, indices = _oracle(case)
+    labels = case["query_labels"]
+    if case["rest"] is not None:
+        rest = case["rest_labels"]
+        labels = torch.cat([labels, rest]) if case["ref_includes_query"] else rest
+    start = 0
+    for rank in range(world):
+        got = results[rank][name]
+        assert "value" in got, got.get("traceback")
+        got_distances, got_indices, got_labels = got["value"]
+        own = slice(start, start + case["query_counts"][rank])
+        start = own.stop
+        assert torch.equal(got_indices, indices[own])
+        torch.testing.assert_close(got_distances, distances[own])
+        assert got_labels.shape == (*indices[own].shape, *labels.shape[1:])
+        assert torch.equal(got_labels, labels[indices[own]])
+
+
+@pytest.mark.slow
 def test_ranks_outside_the_group_are_not_involved(ran) -> None:
     world, cases, results = ran
     if world != 3:

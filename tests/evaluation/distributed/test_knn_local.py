@@ -136,3 +136,24 @@ def test_one_rank_local_backend_with_wrong_shape_is_reported(one_rank_group) -> 
 
     with pytest.raises(RuntimeError, match="returned shapes"):
         DistributedKNN(bad)(torch.zeros(3, 2), 1)
+
+
+def test_one_rank_search_with_labels_returns_the_neighbours_labels(one_rank_group) -> None:
+    generator = torch.Generator().manual_seed(8)
+    query = torch.randn(9, 3, generator=generator)
+    labels = torch.randint(4, (9, 2, 2), generator=generator)
+    _, indices, got = DistributedKNN(block_size=4).search_with_labels(query, 3, None, labels, True)
+    assert torch.equal(got, labels[indices])
+
+
+@pytest.mark.parametrize(
+    ("labels", "error"),
+    [
+        (torch.zeros(4, dtype=torch.long), InvalidArgumentError),
+        (torch.zeros(5, dtype=torch.bool), InvalidArgumentError),
+        ([0, 1, 2, 3, 4], InvalidTypeError),
+    ],
+)
+def test_one_rank_rejects_bad_reference_labels(one_rank_group, labels, error) -> None:
+    with pytest.raises(error, match="reference_labels"):
+        DistributedKNN().search_with_labels(torch.zeros(5, 2), 1, None, labels)

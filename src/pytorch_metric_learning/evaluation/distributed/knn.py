@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from ..._validation import check_positive_int, invalid
+from ..._validation import check_positive_int, check_tensor, invalid
 from ...errors import BackendRuntimeError, InvalidArgumentError
-from ..knn import check_search_inputs, remove_self_matches
+from ..knn import check_search_inputs
 from ..protocols import KNNFunc
 from ..registry import load_knn_func
 from ._collectives import (
@@ -22,11 +23,21 @@ from ._collectives import (
 )
 from ._layout import ShardLayout
 
-__all__ = ["DistributedKNN", "merge_top_k"]
+__all__ = ["DistributedKNN", "merge_order", "merge_top_k"]
 
 _OWNER = "DistributedKNN"
 # Dtypes a query or a distance may have, by code, for exchanging them as ints.
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Dtypes reference labels may have (they travel with the results).
+_LABEL_DTYPES = (
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.float64,
+    torch.float32,
+)
 # Global index of a padding candidate: sorts after every real row.
 _NO_INDEX = torch.iinfo(torch.long).max
 
@@ -112,20 +123,62 @@ class DistributedKNN:
         ``ref_includes_query``. ``reference=None`` uses each rank's query shard.
         Returns ``(distances, indices)`` shaped ``(len(query), k)`` with global indices.
         """
+        distances, indices, _ = self._search(query, k, reference, ref_includes_query, None)
+        return distances, indices
+
+    @torch.no_grad()
+    def search_with_labels(
+        self,
+        query: torch.Tensor,
+        k: int,
+        reference: torch.Tensor | None,
+        reference_labels: torch.Tensor,
+        ref_includes_query: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Like calling the backend, and also return each neighbour's label.
+
+        The labels travel with the partial results, so no rank needs the labels of the
+        whole reference. ``reference_labels`` has one label (or label row) per row of this
+        rank's reference shard (of the query shard when ``reference`` is None).
+
+        Returns:
+            ``(distances, indices, labels)``; ``labels`` is shaped
+            ``(len(query), k, *reference_labels.shape[1:])``.
+        """
+        distances, indices, labels = self._search(
+            query, k, reference, ref_includes_query, reference_labels
+        )
+        assert labels is not None
+        return distances, indices, labels
+
+    def _search(
+        self,
+        query: torch.Tensor,
+        k: int,
+        reference: torch.Tensor | None,
+        ref_includes_query: bool,
+        labels: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         comm = resolve_comm(self.group, self.timeout, _device_of(query))
-        layout, search_k = self._plan(comm, query, k, reference, ref_includes_query)
+        layout, search_k = self._plan(comm, query, k, reference, ref_includes_query, labels)
         reference = query if reference is None else reference
-        ids = layout.reference_ids(comm.rank, query.device)
+        trailing: tuple[int, ...] = ()
+        if labels is not None:
+            trailing = tuple(labels.shape[1:])
+            labels = labels.to(query.device).reshape(len(labels), math.prod(trailing))
+        shard = _Shard(reference, layout.reference_ids(comm.rank, query.device), labels)
         pieces = [
-            self._step(comm, layout, step, query, reference, ids, search_k)
+            self._step(comm, layout, step, query, shard, search_k)
             for step in range(layout.num_steps(self.block_size))
         ]
-        distances, indices = _concat_results(pieces, query, search_k)
-        if not ref_includes_query:
-            return distances, indices
-        offset = layout.query_offset(comm.rank)
-        distances, local = remove_self_matches(distances, indices - offset)
-        return distances, local + offset
+        found = _concat_results(pieces, query, search_k, labels)
+        if ref_includes_query:
+            own = layout.query_offset(comm.rank) + torch.arange(len(query), device=query.device)
+            found = _drop_self_matches(found, own)
+        distances, indices, found_labels = found
+        if found_labels is not None:
+            found_labels = found_labels.reshape(*indices.shape, *trailing)
+        return distances, indices, found_labels
 
     def _plan(
         self,
@@ -134,11 +187,13 @@ class DistributedKNN:
         k: Any,
         reference: Any,
         ref_includes_query: Any,
+        labels: Any,
     ) -> tuple[ShardLayout, int]:
         """Check the inputs on every rank and agree on the layout; return it and the search k."""
-        error, meta = None, [0] * 6
+        error, meta = None, [0] * 10
         try:
             meta = _local_meta(query, k, reference, ref_includes_query)
+            meta += _labels_meta(labels, query if reference is None else reference)
         except Exception as exc:
             error = exc
         table = agree(comm, error, "checking the inputs of DistributedKNN", meta)
@@ -154,10 +209,9 @@ class DistributedKNN:
         layout: ShardLayout,
         step: int,
         query: torch.Tensor,
-        reference: torch.Tensor,
-        ids: torch.Tensor,
+        shard: _Shard,
         search_k: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> _Found:
         """One exchange: gather a block of queries, search locally, merge at the owners."""
         counts = layout.block_counts(step, self.block_size)
         start = step * self.block_size
@@ -166,24 +220,23 @@ class DistributedKNN:
         block = all_gather_rows(comm, mine, counts, f"gathering {stage}").to(query.device)
         error, found = None, None
         try:
-            found = self._search_shard(block, reference, ids, search_k)
+            found = self._search_shard(block, shard, search_k)
         except Exception as exc:
             error = exc
         code = -1 if found is None else _DTYPES.index(found[0].dtype)
         codes = agree(comm, error, f"searching {stage}", [code])[:, 0].tolist()
-        dtype = _common_dtype(codes)
-        distances, indices = found or (None, None)
-        distances, indices = self._pad(block, distances, indices, search_k, dtype)
+        padded = self._pad(block, found, shard.labels, search_k, _common_dtype(codes))
         received = [
-            all_to_all_rows(comm, part, counts, [counts[comm.rank]] * comm.world_size, stage)
-            for part in (distances, indices)
+            None
+            if part is None
+            else all_to_all_rows(comm, part, counts, [counts[comm.rank]] * comm.world_size, stage)
+            for part in padded
         ]
         return self._merge(received, comm.world_size, search_k, query.device)
 
-    def _search_shard(
-        self, block: torch.Tensor, reference: torch.Tensor, ids: torch.Tensor, search_k: int
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Top ``min(search_k, len(reference))`` of the block in this shard, global indices."""
+    def _search_shard(self, block: torch.Tensor, shard: _Shard, search_k: int) -> _Found | None:
+        """Top ``min(search_k, len(shard))`` of the block in this shard, global indices."""
+        reference = shard.reference
         k = min(search_k, len(reference))
         if k == 0:
             return None
@@ -193,40 +246,91 @@ class DistributedKNN:
                 f"The local k-NN backend {self.local!r} of {_OWNER} returned shapes "
                 f"{tuple(distances.shape)} and {tuple(indices.shape)}; expected {(len(block), k)}."
             )
-        indices = indices.to(ids.device, torch.long)
+        indices = indices.to(shard.ids.device, torch.long)
         if indices.numel() and (indices.min() < 0 or indices.max() >= len(reference)):
             raise BackendRuntimeError(
                 f"The local k-NN backend {self.local!r} of {_OWNER} returned indices outside "
                 f"its reference shard of {len(reference)} rows."
             )
-        return distances.to(ids.device), ids[indices]
+        labels = None if shard.labels is None else shard.labels[indices]
+        return distances.to(shard.ids.device), shard.ids[indices], labels
 
     def _pad(
         self,
         block: torch.Tensor,
-        distances: torch.Tensor | None,
-        indices: torch.Tensor | None,
+        found: _Found | None,
+        labels: torch.Tensor | None,
         search_k: int,
         dtype: torch.dtype,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> _Found:
         """Fill a shard's results to ``search_k`` columns with candidates that sort last."""
         worst = -torch.inf if self.is_inverted else torch.inf
-        padded_d = torch.full((len(block), search_k), worst, dtype=dtype, device=block.device)
-        padded_i = torch.full((len(block), search_k), _NO_INDEX, device=block.device)
-        if distances is not None and indices is not None:
-            padded_d[:, : distances.shape[1]] = distances
-            padded_i[:, : indices.shape[1]] = indices
-        return padded_d, padded_i
+        rows = len(block)
+        distances = torch.full((rows, search_k), worst, dtype=dtype, device=block.device)
+        indices = torch.full((rows, search_k), _NO_INDEX, device=block.device)
+        padded_labels = None
+        if labels is not None:
+            padded_labels = labels.new_zeros((rows, search_k, labels.shape[1]))
+        if found is not None:
+            width = found[1].shape[1]
+            distances[:, :width] = found[0]
+            indices[:, :width] = found[1]
+            if padded_labels is not None and found[2] is not None:
+                padded_labels[:, :width] = found[2]
+        return distances, indices, padded_labels
 
     def _merge(
-        self, received: list[torch.Tensor], world: int, search_k: int, device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self,
+        received: list[torch.Tensor | None],
+        world: int,
+        search_k: int,
+        device: torch.device,
+    ) -> _Found:
         """Merge the ``world`` partial lists of each own query into one top ``search_k``."""
-        distances, indices = (
-            part.to(device).view(world, -1, search_k).transpose(0, 1).reshape(-1, world * search_k)
+        parts = [
+            None
+            if part is None
+            else part.to(device)
+            .view(world, -1, search_k, *part.shape[2:])
+            .transpose(0, 1)
+            .reshape(-1, world * search_k, *part.shape[2:])
             for part in received
-        )
-        return merge_top_k(distances, indices, search_k, self.is_inverted)
+        ]
+        distances, indices, labels = parts
+        assert distances is not None and indices is not None
+        order = merge_order(distances, indices, search_k, self.is_inverted)
+        if labels is not None:
+            labels = labels.gather(1, order.unsqueeze(2).expand(-1, -1, labels.shape[2]))
+        return distances.gather(1, order), indices.gather(1, order), labels
+
+
+_Found = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+
+
+class _Shard(NamedTuple):
+    """This rank's reference rows, their global indices and (flattened) labels."""
+
+    reference: torch.Tensor
+    ids: torch.Tensor
+    labels: torch.Tensor | None
+
+
+def merge_order(
+    distances: torch.Tensor, indices: torch.Tensor, k: int, largest: bool
+) -> torch.Tensor:
+    """Columns of the ``k`` best candidates of each row: by distance, then by index.
+
+    Example:
+        >>> d = torch.tensor([[0.5, 0.2, 0.5, 0.9]])
+        >>> i = torch.tensor([[7, 3, 1, 0]])
+        >>> merge_order(d, i, 3, largest=False).tolist()
+        [[1, 2, 0]]
+    """
+    by_index = torch.argsort(indices, dim=1, stable=True)
+    by_distance = torch.argsort(
+        distances.gather(1, by_index), dim=1, descending=largest, stable=True
+    )
+    return by_index.gather(1, by_distance[:, :k])
 
 
 def merge_top_k(
@@ -240,9 +344,7 @@ def merge_top_k(
         >>> merge_top_k(d, i, 3, largest=False)[1].tolist()
         [[3, 1, 7]]
     """
-    order = torch.argsort(indices, dim=1, stable=True)
-    distances, indices = distances.gather(1, order), indices.gather(1, order)
-    order = torch.argsort(distances, dim=1, descending=largest, stable=True)[:, :k]
+    order = merge_order(distances, indices, k, largest)
     return distances.gather(1, order), indices.gather(1, order)
 
 
@@ -277,6 +379,13 @@ def _check_same_everywhere(table: torch.Tensor) -> None:
                 f"The {name} of {_OWNER}'s inputs must be the same on every rank. "
                 f"Got {values} (by rank) instead."
             )
+    for column, name in ((6, "presence"), (7, "ndim"), (8, "row size"), (9, "dtype")):
+        values = table[:, column].tolist()
+        if len(set(values)) > 1:
+            raise InvalidArgumentError(
+                f"The reference labels' {name} must be the same on every rank for {_OWNER}. "
+                f"Got {values} (by rank) instead."
+            )
     codes = table[:, 5].tolist()
     if len(set(codes)) > 1:
         got = [str(_DTYPES[code]) for code in codes]
@@ -309,9 +418,44 @@ def _common_dtype(codes: list[int]) -> torch.dtype:
 
 
 def _concat_results(
-    pieces: list[tuple[torch.Tensor, torch.Tensor]], query: torch.Tensor, search_k: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    pieces: list[_Found], query: torch.Tensor, search_k: int, labels: torch.Tensor | None
+) -> _Found:
     if pieces:
-        return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
+        found_labels = None
+        if labels is not None:
+            found_labels = torch.cat([p[2] for p in pieces if p[2] is not None])
+        return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces]), found_labels
     empty = torch.empty((0, search_k), dtype=query.dtype, device=query.device)
-    return empty, torch.empty((0, search_k), dtype=torch.long, device=query.device)
+    empty_labels = None if labels is None else labels.new_empty((0, search_k, labels.shape[1]))
+    return empty, torch.empty((0, search_k), dtype=torch.long, device=query.device), empty_labels
+
+
+def _drop_self_matches(found: _Found, own: torch.Tensor) -> _Found:
+    """Drop each row's own global index, or its last candidate when absent (the contract)."""
+    distances, indices, labels = found
+    drop = indices == own.unsqueeze(1)
+    drop[:, -1] |= ~drop.any(dim=1)
+    keep = ~drop
+    rows, width = len(indices), indices.shape[1] - 1
+    if labels is not None:
+        labels = labels[keep].view(rows, width, labels.shape[2])
+    return distances[keep].view(rows, width), indices[keep].view(rows, width), labels
+
+
+def _labels_meta(labels: Any, reference: Any) -> list[int]:
+    """``[has labels, label ndim, label width, dtype code]`` for the agreement."""
+    if labels is None:
+        return [0, 0, 0, 0]
+    check_tensor(labels, "reference_labels", _OWNER)
+    if labels.ndim == 0 or len(labels) != len(reference):
+        raise invalid(
+            "reference_labels",
+            _OWNER,
+            f"one label per reference row ({len(reference)})",
+            f"shape {tuple(labels.shape)}",
+        )
+    if labels.dtype not in _LABEL_DTYPES:
+        raise invalid(
+            "reference_labels", _OWNER, f"of a dtype in {list(_LABEL_DTYPES)}", labels.dtype
+        )
+    return [1, labels.ndim, math.prod(labels.shape[1:]), _LABEL_DTYPES.index(labels.dtype)]
