@@ -116,6 +116,20 @@ def kmeans_plan(world: int) -> list[dict[str, Any]]:
     ]
 
 
+def label_counts_plan(world: int) -> list[dict[str, Any]]:
+    counts = [9, 0, 14][:world]
+    generator = torch.Generator().manual_seed(23)
+    return [
+        {
+            "name": f"label_counts_{width}",
+            "kind": "label_counts",
+            "counts": counts,
+            "labels": torch.randint(-3, 4, (sum(counts), *shape), generator=generator),
+        }
+        for width, shape in ((1, ()), (2, (2,)))
+    ]
+
+
 def absent_rank_plan(world: int) -> list[dict[str, Any]]:
     """Rank 1 never calls the search; this breaks the group, so it runs last."""
     if world != 2:
@@ -135,4 +149,4 @@ def absent_rank_plan(world: int) -> list[dict[str, Any]]:
 
 
 def full_plan(world: int) -> list[dict[str, Any]]:
-    return knn_plan(world) + kmeans_plan(world) + absent_rank_plan(world)
+    return knn_plan(world) + kmeans_plan(world) + label_counts_plan(world) + absent_rank_plan(world)

@@ -122,6 +122,19 @@ def _kmeans_case(case: dict[str, Any], rank: int) -> Any:
     return kmeans(x, clusters)
 
 
+def _label_counts_case(case: dict[str, Any], rank: int) -> Any:
+    from pytorch_metric_learning.evaluation.distributed._collectives import resolve_comm
+    from pytorch_metric_learning.evaluation.distributed._labels import (
+        global_label_counts,
+        index_in,
+    )
+
+    labels = shard(case["labels"], case["counts"], rank)
+    comm = resolve_comm(None, None, labels.device)
+    unique, counts = global_label_counts(comm, labels, "test")
+    return unique, counts, index_in(unique, labels)
+
+
 def _raising_knn(
     query: torch.Tensor, k: int, reference: torch.Tensor | None = None, ref: bool = False
 ) -> Any:
@@ -145,4 +158,5 @@ RUNNERS: dict[str, Callable[[dict[str, Any], int], Any]] = {
     "knn": _knn_case,
     "absent_rank": _absent_rank_case,
     "kmeans": _kmeans_case,
+    "label_counts": _label_counts_case,
 }
