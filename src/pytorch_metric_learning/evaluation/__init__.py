@@ -6,7 +6,10 @@ Importing this package imports neither faiss nor scikit-learn.
 from __future__ import annotations
 
 from ._plugin_proxy import FaissKMeans, FaissKNN
+from .accuracy_calculator import AccuracyCalculator
+from .kmeans import TorchKMeans
 from .knn import CustomKNN
+from .mutual_information import adjusted_mutual_info, normalized_mutual_info
 from .protocols import KMeansFunc, KNNFunc
 from .registry import (
     list_kmeans_backends,
@@ -29,4 +32,8 @@ __all__ = [
     "load_knn_func",
     "register_kmeans_backend",
     "register_knn_backend",
+    "AccuracyCalculator",
+    "TorchKMeans",
+    "adjusted_mutual_info",
+    "normalized_mutual_info",
 ]
