@@ -130,6 +130,115 @@ def label_counts_plan(world: int) -> list[dict[str, Any]]:
     ]
 
 
+ALL_METRICS = (
+    "precision_at_1",
+    "r_precision",
+    "mean_average_precision_at_r",
+    "mean_average_precision",
+    "mean_reciprocal_rank",
+    "NMI",
+    "AMI",
+)
+KNN_METRICS = ALL_METRICS[:5]
+
+
+def accuracy_case(
+    name: str,
+    query_counts: list[int],
+    rest_counts: list[int] | None,
+    num_labels: int,
+    calc: dict[str, Any],
+    **extra: Any,
+) -> dict[str, Any]:
+    """Overlapping clusters, one per label, with rest rows as the other reference rows."""
+    case = knn_case(name, query_counts, rest_counts, kind="accuracy", calc=calc, **extra)
+    generator = torch.Generator().manual_seed(len(name) + 101)
+    case["query_labels"] = torch.randint(num_labels, (len(case["query"]),), generator=generator)
+    case["query"] = case["query"] + 1.5 * torch.eye(DIMS)[case["query_labels"] % DIMS]
+    if case["rest"] is not None:
+        labels = torch.randint(num_labels, (len(case["rest"]),), generator=generator)
+        case["rest_labels"] = labels
+        case["rest"] = case["rest"] + 1.5 * torch.eye(DIMS)[labels % DIMS]
+    return case
+
+
+def clustering_case(name: str, counts: list[int], **extra: Any) -> dict[str, Any]:
+    """Separated blobs whose labels are the blob ids, with a few labels changed."""
+    x, blob = blobs(counts, 4, seed=29)
+    labels = blob.clone()
+    labels[4::9] = (labels[4::9] + 1) % 4
+    case = {
+        "name": name,
+        "kind": "accuracy",
+        "query": x,
+        "query_labels": labels,
+        "query_counts": counts,
+        "rest": None,
+        "ref_includes_query": False,
+        "calc": {"include": ALL_METRICS},
+    }
+    case.update(extra)
+    return case
+
+
+def accuracy_plan(world: int) -> list[dict[str, Any]]:
+    q = _first([13, 0, 17], world)
+    r = _first([9, 14, 0], world)
+    plan = [
+        clustering_case("acc_clusters", _first([20, 0, 25], world)),
+        accuracy_case("acc_self", _first([15, 6, 11], world), None, 6, {"include": KNN_METRICS}),
+        accuracy_case(
+            "acc_query_ref",
+            q,
+            r,
+            7,
+            {"include": KNN_METRICS, "k": "max_bin_count", "avg_of_avgs": True},
+        ),
+        accuracy_case(
+            "acc_ref_includes",
+            q,
+            r,
+            5,
+            {"include": KNN_METRICS, "k": 3, "return_per_class": True},
+            ref_includes_query=True,
+        ),
+        accuracy_case(
+            "acc_custom",
+            q,
+            r,
+            8,
+            {"include": KNN_METRICS, "k": 6},
+            comparison="same_half",
+            ref_includes_query=True,
+        ),
+        accuracy_case("acc_defaults", q, r, 4, {}, ref_includes_query=True),
+        accuracy_case(
+            "acc_call_include",
+            q,
+            r,
+            4,
+            {},
+            call={"include": ("precision_at_1", "mean_reciprocal_rank")},
+        ),
+        accuracy_case(
+            "acc_dtype_mismatch",
+            q,
+            r,
+            4,
+            {"include": ("precision_at_1",)},
+            labels_dtype_on_rank=(0, torch.int32),
+        ),
+    ]
+    lone = accuracy_case(
+        "acc_all_lone", q, r, 3, {"include": KNN_METRICS, "return_per_class": True}
+    )
+    lone["rest_labels"] = lone["rest_labels"] + 10
+    two_d = accuracy_case("acc_label_rows", q, r, 4, {"include": ALL_METRICS[:3]})
+    two_d["query_labels"] = torch.stack([two_d["query_labels"] // 2, two_d["query_labels"] % 2], 1)
+    two_d["rest_labels"] = torch.stack([two_d["rest_labels"] // 2, two_d["rest_labels"] % 2], 1)
+    return plan + [lone, two_d]
+
+
 def absent_rank_plan(world: int) -> list[dict[str, Any]]:
     """Rank 1 never calls the search; this breaks the group, so it runs last."""
     if world != 2:
@@ -149,4 +258,10 @@ def absent_rank_plan(world: int) -> list[dict[str, Any]]:
 
 
 def full_plan(world: int) -> list[dict[str, Any]]:
-    return knn_plan(world) + kmeans_plan(world) + label_counts_plan(world) + absent_rank_plan(world)
+    return (
+        knn_plan(world)
+        + kmeans_plan(world)
+        + label_counts_plan(world)
+        + accuracy_plan(world)
+        + absent_rank_plan(world)
+    )

@@ -135,6 +135,48 @@ def _label_counts_case(case: dict[str, Any], rank: int) -> Any:
     return unique, counts, index_in(unique, labels)
 
 
+def same_half(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A custom label comparison: labels 0-1, 2-3, ... match each other."""
+    return (a // 2) == (b // 2)
+
+
+COMPARISONS = {"same_half": same_half}
+
+
+def accuracy_shards(case: dict[str, Any], rank: int) -> dict[str, Any]:
+    """This rank's ``get_accuracy`` arguments for an accuracy case."""
+    counts = case["query_counts"]
+    arguments = {
+        "query": shard(case["query"], counts, rank),
+        "query_labels": shard(case["query_labels"], counts, rank),
+    }
+    if case.get("rest") is not None:
+        arguments["reference"] = _reference_shard(case, rank, "query", "rest")
+        arguments["reference_labels"] = _reference_shard(case, rank, "query_labels", "rest_labels")
+        arguments["ref_includes_query"] = case["ref_includes_query"]
+    return arguments
+
+
+def _accuracy_case(case: dict[str, Any], rank: int) -> Any:
+    import warnings
+
+    from pytorch_metric_learning.evaluation.distributed import DistributedAccuracyCalculator
+
+    options = dict(case["calc"])
+    if "comparison" in case:
+        options["label_comparison_fn"] = COMPARISONS[case["comparison"]]
+    arguments = accuracy_shards(case, rank)
+    if "labels_dtype_on_rank" in case and rank == case["labels_dtype_on_rank"][0]:
+        for key in ("query_labels", "reference_labels"):
+            if key in arguments:
+                arguments[key] = arguments[key].to(case["labels_dtype_on_rank"][1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calculator = DistributedAccuracyCalculator(**options)
+        result = calculator.get_accuracy(**arguments, **case.get("call", {}))
+    return result, [str(warning.message) for warning in caught]
+
+
 def _raising_knn(
     query: torch.Tensor, k: int, reference: torch.Tensor | None = None, ref: bool = False
 ) -> Any:
@@ -159,4 +201,5 @@ RUNNERS: dict[str, Callable[[dict[str, Any], int], Any]] = {
     "absent_rank": _absent_rank_case,
     "kmeans": _kmeans_case,
     "label_counts": _label_counts_case,
+    "accuracy": _accuracy_case,
 }

@@ -8,12 +8,15 @@ shards concatenated in rank order. Importing this package does not initialize
 from __future__ import annotations
 
 from ._collectives import DistributedEvaluationError
+from .accuracy import DistributedAccuracyCalculator
 from .kmeans import DistributedKMeans
-from .knn import DistributedKNN, merge_top_k
+from .knn import DistributedKNN, merge_order, merge_top_k
 
 __all__ = [
+    "DistributedAccuracyCalculator",
     "DistributedEvaluationError",
     "DistributedKMeans",
     "DistributedKNN",
+    "merge_order",
     "merge_top_k",
 ]
