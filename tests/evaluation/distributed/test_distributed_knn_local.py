@@ -157,3 +157,13 @@ def test_one_rank_search_with_labels_returns_the_neighbours_labels(one_rank_grou
 def test_one_rank_rejects_bad_reference_labels(one_rank_group, labels, error) -> None:
     with pytest.raises(error, match="reference_labels"):
         DistributedKNN().search_with_labels(torch.zeros(5, 2), 1, None, labels)
+
+
+@pytest.mark.parametrize("name", ["knn", "kmeans", "accuracy", "_labels"])
+def test_docstring_examples(name: str) -> None:
+    import doctest
+    import importlib
+
+    module = importlib.import_module(f"pytorch_metric_learning.evaluation.distributed.{name}")
+    outcome = doctest.testmod(module, raise_on_error=False)
+    assert outcome.attempted > 0 and outcome.failed == 0
