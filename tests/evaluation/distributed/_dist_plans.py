@@ -220,6 +220,8 @@ def accuracy_plan(world: int) -> list[dict[str, Any]]:
             {},
             call={"include": ("precision_at_1", "mean_reciprocal_rank")},
         ),
+        accuracy_case("acc_local_failure", q, r, 4, {"include": KNN_METRICS}, fail_on_rank=1),
+        accuracy_case("acc_after_failure", q, r, 4, {"include": KNN_METRICS}),
         accuracy_case(
             "acc_dtype_mismatch",
             q,

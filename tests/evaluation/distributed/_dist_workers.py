@@ -165,6 +165,8 @@ def _accuracy_case(case: dict[str, Any], rank: int) -> Any:
     options = dict(case["calc"])
     if "comparison" in case:
         options["label_comparison_fn"] = COMPARISONS[case["comparison"]]
+    if "fail_on_rank" in case and rank == case["fail_on_rank"]:
+        options["knn_func"] = _raising_knn
     arguments = accuracy_shards(case, rank)
     if "labels_dtype_on_rank" in case and rank == case["labels_dtype_on_rank"][0]:
         for key in ("query_labels", "reference_labels"):

@@ -59,6 +59,7 @@ CASES = [
     "acc_call_include",
     "acc_all_lone",
     "acc_label_rows",
+    "acc_after_failure",
 ]
 
 
@@ -80,6 +81,16 @@ def test_clustering_case_is_not_trivial(ran) -> None:
     _, cases, results = ran
     metrics, _ = results[0]["acc_clusters"]["value"]
     assert 0.3 < metrics["NMI"] < 0.99 and 0.3 < metrics["AMI"] < 0.99
+
+
+@pytest.mark.slow
+def test_a_rank_failing_mid_evaluation_fails_every_rank(ran) -> None:
+    world, _, results = ran
+    assert results[1]["acc_local_failure"]["error_type"] == "RuntimeError"
+    for rank in set(range(world)) - {1}:
+        got = results[rank]["acc_local_failure"]
+        assert got["error_type"] == "DistributedEvaluationError", got
+        assert "injected failure in the local search" in got["message"]
 
 
 @pytest.mark.slow
