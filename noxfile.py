@@ -5,6 +5,8 @@ Every install is constrained by ``constraints.txt`` (which pins the CPU build of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "venv"
