@@ -167,3 +167,17 @@ def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(f"pytorch_metric_learning.evaluation.distributed.{name}")
     outcome = doctest.testmod(module, raise_on_error=False)
     assert outcome.attempted > 0 and outcome.failed == 0
+
+
+def test_label_tables_of_no_labels_are_empty(one_rank_group) -> None:
+    from pytorch_metric_learning.evaluation.distributed._collectives import resolve_comm
+    from pytorch_metric_learning.evaluation.distributed._labels import global_label_counts
+
+    comm = resolve_comm(None, None, torch.device("cpu"))
+    unique, counts = global_label_counts(comm, torch.zeros(0, 2, dtype=torch.long), "test")
+    assert unique.shape == (0, 2) and counts.shape == (0,)
+
+
+def test_one_rank_with_no_queries_returns_empty_results(one_rank_group) -> None:
+    distances, indices = DistributedKNN()(torch.zeros(0, 3), 2, torch.randn(4, 3))
+    assert distances.shape == indices.shape == (0, 2)

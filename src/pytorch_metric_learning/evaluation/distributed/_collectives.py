@@ -149,6 +149,8 @@ def all_gather_rows(
     import torch.distributed as dist
 
     rows = rows.to(comm.device)
+    if max(counts, default=0) == 0:  # every rank knows: nothing to exchange
+        return rows.new_zeros((0, *rows.shape[1:]))
     padded = rows.new_zeros((max(counts), *rows.shape[1:]))
     padded[: len(rows)] = rows
     parts = [torch.empty_like(padded) for _ in range(comm.world_size)]

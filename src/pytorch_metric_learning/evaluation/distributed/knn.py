@@ -144,6 +144,18 @@ class DistributedKNN:
         Returns:
             ``(distances, indices, labels)``; ``labels`` is shaped
             ``(len(query), k, *reference_labels.shape[1:])``.
+
+        Example:
+            >>> import os, tempfile
+            >>> import torch.distributed as dist
+            >>> path = os.path.join(tempfile.mkdtemp(), "init")
+            >>> dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+            >>> x = torch.tensor([[0.0], [1.0], [5.0]])
+            >>> _, indices, labels = DistributedKNN().search_with_labels(
+            ...     x, 1, None, torch.tensor([7, 8, 9]), ref_includes_query=True)
+            >>> indices.tolist(), labels.tolist()
+            ([[1], [0], [1]], [[8], [7], [8]])
+            >>> dist.destroy_process_group()
         """
         distances, indices, labels = self._search(
             query, k, reference, ref_includes_query, reference_labels
