@@ -9,6 +9,7 @@ from ._plugin_proxy import FaissKMeans, FaissKNN
 from .accuracy_calculator import AccuracyCalculator
 from .kmeans import TorchKMeans
 from .knn import CustomKNN
+from .match_finder import MatchFinder
 from .mutual_information import adjusted_mutual_info, normalized_mutual_info
 from .protocols import KMeansFunc, KNNFunc
 from .registry import (
@@ -18,6 +19,24 @@ from .registry import (
     load_knn_func,
     register_kmeans_backend,
     register_knn_backend,
+)
+from .thresholds import (
+    MatchCounts,
+    ThresholdSelection,
+    match_accuracy,
+    match_balanced_accuracy,
+    match_f1,
+    select_threshold,
+)
+from .verification import (
+    FoldEvaluation,
+    KFoldEvaluation,
+    ThresholdCurve,
+    equal_error_rate,
+    false_match_rate_at_recall,
+    kfold_threshold_evaluation,
+    recall_at_false_match_rate,
+    threshold_curve,
 )
 
 __all__ = [
@@ -36,4 +55,19 @@ __all__ = [
     "TorchKMeans",
     "adjusted_mutual_info",
     "normalized_mutual_info",
+    "MatchFinder",
+    "MatchCounts",
+    "ThresholdSelection",
+    "select_threshold",
+    "match_accuracy",
+    "match_balanced_accuracy",
+    "match_f1",
+    "ThresholdCurve",
+    "FoldEvaluation",
+    "KFoldEvaluation",
+    "recall_at_false_match_rate",
+    "false_match_rate_at_recall",
+    "equal_error_rate",
+    "threshold_curve",
+    "kfold_threshold_evaluation",
 ]
