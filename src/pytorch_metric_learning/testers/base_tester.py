@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from .._validation import check_positive_int, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ..evaluation import AccuracyCalculator
 from . import _options as opts
 from ._batches import batch_labels, unpack_batch
 from ._pca import fit_pca
@@ -120,7 +121,7 @@ class BaseTester:
         )
         self.label_mapper = LabelMapper(set_min_label_to_zero, dataset_labels)
         self.accuracy_calculator = opts.check_accuracy_calculator(
-            _default_accuracy_calculator() if accuracy_calculator is None else accuracy_calculator,
+            AccuracyCalculator() if accuracy_calculator is None else accuracy_calculator,
             owner,
         )
         opts.check_visualizer(visualizer, visualizer_hook, owner)
@@ -506,12 +507,6 @@ def _identity(x: Any) -> Any:
 
 def _default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _default_accuracy_calculator() -> Any:
-    from ..evaluation import AccuracyCalculator
-
-    return AccuracyCalculator()
 
 
 @contextmanager
