@@ -18,7 +18,12 @@ from tester_helpers import quiet
 from torch.utils.data import TensorDataset
 
 from pytorch_metric_learning.distances import LpDistance
-from pytorch_metric_learning.evaluation import AccuracyCalculator, CustomKNN, register_knn_backend
+from pytorch_metric_learning.evaluation import (
+    AccuracyCalculator,
+    CustomKNN,
+    register_knn_backend,
+    registry,
+)
 from pytorch_metric_learning.testers import (
     GlobalEmbeddingSpaceTester,
     GlobalTwoStreamEmbeddingSpaceTester,
@@ -190,7 +195,13 @@ def test_two_stream_matches_the_calculator_on_anchors_and_positives() -> None:
     assert_scores_equal(accuracies["val"], expected)
 
 
-def test_a_backend_spec_reaches_the_calculator() -> None:
+@pytest.fixture
+def clean_registry():
+    yield
+    registry._reset_for_tests()
+
+
+def test_a_backend_spec_reaches_the_calculator(clean_registry) -> None:
     searched = []
 
     class RecordingKNN(CustomKNN):
@@ -226,3 +237,30 @@ def test_faiss_backends_by_name_give_the_same_numbers() -> None:
     for split in SIZES:
         for key, value in results[1][split].items():
             assert results[0][split][key] == pytest.approx(value, rel=1e-6), key
+
+
+@pytest.mark.filterwarnings("ignore:None of the query labels:UserWarning")  # the calculator's
+def test_same_parent_leaves_out_a_parent_of_lone_queries() -> None:
+    net = model()
+    query_data, query_labels = clustered(12, seed=8)
+    reference_data, reference_labels = clustered(30, seed=9)
+    keep = reference_labels[:, 0] != 3  # label 3 (parent 11) only in the query ...
+    reference_data, reference_labels = reference_data[keep], reference_labels[keep]
+    query_labels[query_labels[:, 1] == 11, 0] = 3  # ... and every parent-11 query has it
+    data = {
+        "q": TensorDataset(query_data, query_labels),
+        "r": TensorDataset(reference_data, reference_labels),
+    }
+    tester = WithSameParentLabelTester(
+        accuracy_calculator=AccuracyCalculator(exclude=("NMI", "AMI")), **quiet()
+    )
+    with pytest.warns(UserWarning, match=r"parent labels \[11\].*left out"):
+        accuracies = tester.test(data, 1, net, splits_to_eval=[("q", ["r"])])["q"]
+    rows, ref_rows = query_labels[:, 1] == 10, reference_labels[:, 1] == 10
+    expected = AccuracyCalculator(exclude=("NMI", "AMI")).get_accuracy(
+        by_hand(net, query_data)[rows],
+        query_labels[rows, 0],
+        by_hand(net, reference_data)[ref_rows],
+        reference_labels[ref_rows, 0],
+    )
+    assert_scores_equal(accuracies, expected)
