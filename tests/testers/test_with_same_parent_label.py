@@ -130,3 +130,12 @@ def test_per_class_results_cannot_be_averaged_over_parents() -> None:
     spy = SpyCalculator({"precision_at_1": [1.0, 0.0]})
     with pytest.raises(InvalidArgumentError, match="return_per_class"):
         run(spy, {"val": three_levels([5, 7, 5])})
+
+
+def test_no_parent_with_references_warns_and_scores_nothing() -> None:
+    spy = SizeSpy()
+    query, reference = three_levels([1, 2], seed=1), three_levels([3, 4], seed=2)
+    with pytest.warns(UserWarning, match="nothing to score"):
+        accuracies = run(spy, {"q": query, "r": reference}, splits_to_eval=[("q", ["r"])])
+    assert accuracies == {"q": {"epoch": 1}}
+    assert spy.calls == []

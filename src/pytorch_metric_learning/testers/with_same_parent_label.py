@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
-import sys
-import warnings
-from types import FrameType
 from typing import Any
 
 import torch
 
+from .._warnings import warn_external
 from ..errors import InvalidArgumentError
 from .base_tester import BaseTester
 
@@ -97,10 +94,9 @@ def _average_over_parents(per_parent: dict[Any, dict[str, Any]], level: int) -> 
     """Mean of each metric over the parents where it is defined (not NaN, not missing)."""
     metrics = list(dict.fromkeys(m for scores in per_parent.values() for m in scores))
     if not metrics:
-        warnings.warn(
+        warn_external(
             f"Level {level}: no parent label of the queries has references, so there is "
-            "nothing to score.",
-            stacklevel=_stacklevel_outside_package(),
+            "nothing to score."
         )
     averages: dict[str, float] = {}
     for metric in metrics:
@@ -115,20 +111,9 @@ def _average_over_parents(per_parent: dict[Any, dict[str, Any]], level: int) -> 
         defined = [v for v in values.values() if v is not None and not math.isnan(v)]
         left_out = [parent for parent, v in values.items() if v is None or math.isnan(v)]
         if left_out:
-            warnings.warn(
+            warn_external(
                 f"{metric} at level {level}: parent labels {left_out} have only lone queries "
-                "(no reference shares their labels) and are left out of the average.",
-                stacklevel=_stacklevel_outside_package(),
+                "(no reference shares their labels) and are left out of the average."
             )
         averages[metric] = sum(defined) / len(defined) if defined else math.nan
     return averages
-
-
-def _stacklevel_outside_package() -> int:
-    """The ``stacklevel`` of the first caller outside this library, for ``warnings.warn``."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame: FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package_dir):
-        frame, level = frame.f_back, level + 1
-    return level
