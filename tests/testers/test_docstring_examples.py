@@ -13,6 +13,7 @@ MODULES = [
     "pytorch_metric_learning.testers.with_same_parent_label",
     "pytorch_metric_learning.testers.global_two_stream",
     "pytorch_metric_learning.testers.label_mapper",
+    "pytorch_metric_learning.testers._distributed",
 ]
 
 

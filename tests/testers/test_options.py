@@ -42,6 +42,7 @@ SPEC_DEFAULTS = {
     "accuracy_calculator": None,
     "embeddings_device": None,
     "progress_bar": True,
+    "distributed": False,
 }
 
 

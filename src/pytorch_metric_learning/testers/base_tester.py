@@ -16,9 +16,11 @@ from tqdm import tqdm
 from .._validation import check_positive_int, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..evaluation import AccuracyCalculator
+from ..evaluation.distributed import DistributedAccuracyCalculator
 from . import _options as opts
 from ._batches import batch_labels, unpack_batch
-from ._pca import fit_pca
+from ._distributed import TesterGroup
+from ._pca import PCAProjection, fit_pca
 from ._splits import resolve_splits_to_eval, splits_to_embed
 from ._store import EmbeddingStore
 from .label_mapper import LabelMapper
@@ -68,6 +70,14 @@ class BaseTester:
         embeddings_device: Where the embeddings are stored and scored; None means
             ``data_device``. Use ``"cpu"`` when the evaluation set does not fit in GPU memory.
         progress_bar: Show a tqdm progress bar over the batches of each split.
+        distributed: Share the work among the ranks of a ``torch.distributed`` process
+            group (e.g. under DistributedDataParallel). Every rank calls :meth:`test` with
+            the whole datasets; each embeds its share of every split, and every rank gets
+            the ``all_accuracies`` a single process would get. ``accuracy_calculator`` must
+            then be None (a default
+            :class:`~pytorch_metric_learning.evaluation.distributed.DistributedAccuracyCalculator`)
+            or a DistributedAccuracyCalculator, whose ``group`` and ``timeout`` the tester
+            uses too. ``embeddings_and_labels`` holds this rank's rows, in the hook too.
 
     Example:
         >>> tester = BaseTester(batch_size=64, data_device="cpu")
@@ -95,6 +105,7 @@ class BaseTester:
         *,
         embeddings_device: torch.device | str | None = None,
         progress_bar: bool = True,
+        distributed: bool = False,
     ) -> None:
         owner = type(self).__name__
         self.normalize_embeddings = opts.check_bool(
@@ -120,10 +131,8 @@ class BaseTester:
             set_min_label_to_zero, "set_min_label_to_zero", owner
         )
         self.label_mapper = LabelMapper(set_min_label_to_zero, dataset_labels)
-        self.accuracy_calculator = opts.check_accuracy_calculator(
-            AccuracyCalculator() if accuracy_calculator is None else accuracy_calculator,
-            owner,
-        )
+        self.distributed = opts.check_bool(distributed, "distributed", owner)
+        self.accuracy_calculator = _accuracy_calculator(accuracy_calculator, distributed, owner)
         opts.check_visualizer(visualizer, visualizer_hook, owner)
         self.visualizer = visualizer
         self.visualizer_hook = visualizer_hook
@@ -159,7 +168,7 @@ class BaseTester:
 
         Returns:
             ``{split: {"epoch": epoch, "<metric>_level<L>[_pca<N>]": value, ...}}``, also
-            stored as ``self.all_accuracies``.
+            stored as ``self.all_accuracies``; with ``distributed``, the same on every rank.
 
         Example:
             >>> import torch
@@ -205,7 +214,8 @@ class BaseTester:
         The models are put in ``eval()`` mode (their previous modes are restored) and run
         without gradients. The embeddings are processed as for an evaluation of the
         dataset against itself: with ``pca``, projected by a PCA fitted on them, then
-        normalized when ``normalize_embeddings`` is set.
+        normalized when ``normalize_embeddings`` is set. With ``distributed``, every rank
+        embeds its share and gets the embeddings of the whole dataset.
 
         Returns:
             ``(embeddings, labels)`` on ``embeddings_device``; labels are 2-D,
@@ -226,8 +236,11 @@ class BaseTester:
         with _eval_mode(trunk_model, embedder):
             embeddings, labels = self._embed(dataset, "dataset", trunk_model, embedder, collate_fn)
         if self.pca is not None:
-            projection = fit_pca(self._pca_rows(embeddings, labels), self.pca, self._owner)
+            projection = self._fit_pca(self._pca_rows(embeddings, labels), self.pca)
             embeddings = self._normalize(projection.transform(embeddings))
+        group = self._process_group()
+        if group is not None:
+            embeddings, labels = group.gather(embeddings, labels, "gathering the embeddings")
         return embeddings, labels
 
     def set_reference_and_query(
@@ -356,15 +369,42 @@ class BaseTester:
                 embeddings_and_labels[name] = (embeddings, labels)
         return embeddings_and_labels
 
+    def _process_group(self) -> TesterGroup | None:
+        """The process group of a distributed tester, None for a single process."""
+        if not self.distributed:
+            return None
+        calculator = self.accuracy_calculator
+        return TesterGroup(calculator.group, calculator.timeout, self.embeddings_device)
+
     def _embed(
         self, dataset: Any, split_name: str, trunk: Model, embedder: Model, collate_fn: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One forward pass over a dataset, into one preallocated tensor."""
-        num_items = _dataset_length(dataset, split_name)
+        """One forward pass over a dataset, or over this rank's share when distributed."""
+
+        def embed(indices: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+            return self._embed_items(dataset, indices, split_name, trunk, embedder, collate_fn)
+
+        group = self._process_group()
+        if group is None:
+            return embed(None)
+        return group.embed_share(lambda: _dataset_length(dataset, split_name), embed, split_name)
+
+    def _embed_items(
+        self,
+        dataset: Any,
+        indices: list[int] | None,
+        split_name: str,
+        trunk: Model,
+        embedder: Model,
+        collate_fn: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embed the items ``indices`` (None: all) into one preallocated tensor."""
+        num_items = _dataset_length(dataset, split_name) if indices is None else len(indices)
         loader = DataLoader(
             dataset,
             batch_size=self.batch_size,
             shuffle=False,
+            sampler=indices,
             num_workers=self.dataloader_num_workers,
             collate_fn=collate_fn,
         )
@@ -451,11 +491,20 @@ class BaseTester:
         """PCA fitted on the reference, applied to both, then normalization."""
         if self.pca is None:
             return query, reference  # normalized batch by batch already
-        projection = fit_pca(reference, self.pca, self._owner)
+        projection = self._fit_pca(reference, self.pca)
         reference = self._normalize(projection.transform(reference))
         if includes:
             return reference[: len(query)], reference
         return self._normalize(projection.transform(query)), reference
+
+    def _fit_pca(self, reference: torch.Tensor, dims: int) -> PCAProjection:
+        """The PCA of the reference (of every rank's shard when distributed)."""
+        group = self._process_group()
+        if group is None:
+            return fit_pca(reference, dims, self._owner)
+        projection = fit_pca(reference, dims, self._owner, reduce=group.reduce_sum)
+        # Every rank must project alike: an eigenvector's sign may differ between machines.
+        return projection._replace(components=group.from_rank0(projection.components))
 
     def _level_averages(self, per_level: dict[int, dict[str, Any]]) -> dict[str, float]:
         """``AVERAGE_<metric>`` over the levels, for metrics that are numbers."""
@@ -484,6 +533,12 @@ class BaseTester:
     ) -> None:
         if self.visualizer is None or self.visualizer_hook is None:
             return
+        group = self._process_group()
+        if group is not None:  # the visualizer sees every query, on rank 0 only
+            stage = f"gathering split {split_name!r} for the visualizer"
+            query, labels = group.gather(query, labels, stage)
+            if group.rank != 0:
+                return
         points = self.visualizer.fit_transform(query.detach().float().cpu().numpy())
         name = type(self.visualizer).__name__
         for level in levels:
@@ -534,6 +589,25 @@ def _to_device(data: Any, device: torch.device, dtype: torch.dtype | None) -> An
     if isinstance(data, (list, tuple)):
         return type(data)(_to_device(value, device, dtype) for value in data)
     return data
+
+
+def _accuracy_calculator(value: Any, distributed: bool, owner: str) -> Any:
+    """The calculator to use: a DistributedAccuracyCalculator exactly when distributed."""
+    if value is None:
+        return DistributedAccuracyCalculator() if distributed else AccuracyCalculator()
+    opts.check_accuracy_calculator(value, owner)
+    if distributed and not isinstance(value, DistributedAccuracyCalculator):
+        raise invalid(
+            "accuracy_calculator", owner,
+            "None or a DistributedAccuracyCalculator when distributed=True", value,
+        )  # fmt: skip
+    if not distributed and isinstance(value, DistributedAccuracyCalculator):
+        raise invalid(
+            "accuracy_calculator", owner,
+            "not a DistributedAccuracyCalculator unless distributed=True (each rank would "
+            "pass the whole data as its shard)", value,
+        )  # fmt: skip
+    return value
 
 
 def _check_dataset_dict(dataset_dict: Any) -> Mapping[str, Any]:

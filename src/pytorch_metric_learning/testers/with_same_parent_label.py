@@ -74,10 +74,11 @@ class WithSameParentLabelTester(BaseTester):
         query_parents = query_labels[:, level + 1]
         reference_parents = reference_labels[:, level + 1]
         per_parent: dict[Any, dict[str, Any]] = {}
-        for parent in torch.unique(query_parents):
+        parents, has_reference = self._parents(query_parents, reference_parents)
+        for parent, referenced in zip(parents, has_reference.tolist()):
             in_query = query_parents == parent
             in_reference = reference_parents == parent
-            if not bool(in_reference.any()):
+            if not referenced:
                 per_parent[parent.item()] = {}
                 continue
             per_parent[parent.item()] = self.accuracy_calculator.get_accuracy(
@@ -88,6 +89,18 @@ class WithSameParentLabelTester(BaseTester):
                 ref_includes_query=ref_includes_query,
             )
         return _average_over_parents(per_parent, level)
+
+    def _parents(
+        self, query_parents: torch.Tensor, reference_parents: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distinct parents of the queries, and whether each has a reference (on any
+        rank when distributed: every rank then scores the same parents in the same order)."""
+        group = self._process_group()
+        if group is not None:
+            query_parents = group.union(query_parents, "listing the query parents")
+            reference_parents = group.union(reference_parents, "listing the reference parents")
+        parents = torch.unique(query_parents)
+        return parents, torch.isin(parents, reference_parents)
 
 
 def _average_over_parents(per_parent: dict[Any, dict[str, Any]], level: int) -> dict[str, float]:
