@@ -143,6 +143,11 @@ def save_state_dict(state: Mapping[str, Any], path: PathLike) -> None:
         ['m_1.pth']
     """
     path = Path(path)
+    _write_atomically(state, path)
+    _fsync_folder(path.parent)
+
+
+def _write_atomically(state: Mapping[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -155,7 +160,6 @@ def save_state_dict(state: Mapping[str, Any], path: PathLike) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
-    _fsync_folder(path.parent)
 
 
 def load_state_dict(path: PathLike, map_location: Any = "cpu") -> dict[str, Any]:
@@ -191,7 +195,8 @@ def save_checkpoints(objects: Mapping[str, Any], folder: PathLike, suffix: str |
         ['trunk_1.pth']
     """
     for name, obj in _saveable(objects).items():
-        save_state_dict(obj.state_dict(), checkpoint_path(folder, name, suffix))
+        _write_atomically(obj.state_dict(), checkpoint_path(folder, name, suffix))
+    _fsync_folder(Path(folder))
 
 
 def load_checkpoints(
