@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from hook_fakes import PRIMARY_KEY, ScriptedTester, make_trainer
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
 from pytorch_metric_learning.utils import logging_presets
@@ -23,15 +25,18 @@ def oracle(
     test_interval: int = 1,
     patience: int | None = None,
 ) -> tuple[list[int], int | None, int]:
-    """Tested epochs, best epoch and last epoch run, by the 2.x rules, as a plain loop."""
-    tested, best_epoch, best_value = [], None, -math.inf
+    """Tested epochs, best epoch and last epoch run, by the 2.x rules, as a plain loop.
+
+    NaN is never a best; while there is no best, patience cannot run out."""
+    tested, best_epoch, best_value = [], None, None
     for epoch in range(1, num_epochs + 1):
         if epoch % test_interval:
             continue
         tested.append(epoch)
-        if accuracies[epoch] > best_value:
-            best_epoch, best_value = epoch, accuracies[epoch]
-        if patience is not None and epoch - best_epoch > patience:
+        value = accuracies[epoch]
+        if value == value and (best_value is None or value > best_value):
+            best_epoch, best_value = epoch, value
+        if patience is not None and best_epoch is not None and epoch - best_epoch > patience:
             return tested, best_epoch, epoch
     return tested, best_epoch, num_epochs
 
@@ -295,3 +300,69 @@ class TestArgumentErrors:
         hook = hooks.end_of_epoch_hook(tester, DATASETS, tmp_path / "models")
         with pytest.raises(InvalidArgumentError, match="NMI"):
             make_trainer(end_of_epoch_hook=hook).train(num_epochs=1)
+
+
+ODD_NAMES = ["p@1'; DROP TABLE records; --", 'a"b', "../../x", "名前", "new\nline", "", "nul\x00"]
+
+
+def test_odd_metric_names_are_safe_in_sqlite(tmp_path: Path) -> None:
+    def script(epoch: int) -> dict[str, float]:
+        odd = {name: epoch + i / 10 for i, name in enumerate(ODD_NAMES)}
+        return {PRIMARY_KEY: ACCS[epoch], **odd}
+
+    record_keeper, db, _ = logging_presets.get_record_keeper(tmp_path / "logs")
+    hooks = logging_presets.get_hook_container(record_keeper)
+    tester = ScriptedTester(script, end_of_testing_hook=hooks.end_of_testing_hook)
+    state = logging_presets.TrainingState(models={"trunk": torch.nn.Linear(2, 2)})
+    hook = hooks.end_of_epoch_hook(tester, {"val": None}, tmp_path / "models")
+    for state.epoch in range(1, 4):
+        hook(state)
+    for i, name in enumerate(ODD_NAMES):
+        assert sqlite_rows(db.path, "accuracies_val", name) == [(e, e + i / 10) for e in (1, 2, 3)]
+    history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
+    assert history["epoch"] == [1, 2, 3]
+    assert all(history[name] == [e + i / 10 for e in (1, 2, 3)] for i, name in enumerate(ODD_NAMES))
+    assert hooks.get_accuracy_history(tester, "val", metrics=[ODD_NAMES[0]]) == {
+        "epoch": [1, 2, 3],
+        ODD_NAMES[0]: [1.0, 2.0, 3.0],
+    }
+    with sqlite3.connect(db.path) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [
+            ("records",),
+            ("sqlite_autoindex_records_1",),
+        ]
+    assert all((tmp_path / "logs") in p.parents for p in tmp_path.rglob("*.csv"))
+
+
+@example(
+    values=[math.nan, 0.1, 0.1, 0.1, 0.2, 0.1, 0.1, 0.1], patience=0, test_interval=1, num_epochs=8
+)
+@example(values=[0.5, 0.1, 0.1, 0.1, 0.5, 0.1, 0.1, 0.1], patience=2, test_interval=2, num_epochs=8)
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(st.sampled_from([0.1, 0.2, 0.3, 0.5, math.nan]), min_size=8, max_size=8),
+    patience=st.one_of(st.none(), st.integers(0, 3)),
+    test_interval=st.integers(1, 3),
+    num_epochs=st.integers(1, 8),
+)
+def test_stop_and_best_epoch_follow_the_2x_rules(values, patience, test_interval, num_epochs):
+    import tempfile
+
+    accs = dict(enumerate(values, start=1))
+    with tempfile.TemporaryDirectory() as folder:
+        record_keeper, db, _ = logging_presets.get_record_keeper(folder)
+        hooks = logging_presets.get_hook_container(record_keeper, save_models=False)
+        tester = ScriptedTester(accs, end_of_testing_hook=hooks.end_of_testing_hook)
+        hook = hooks.end_of_epoch_hook(
+            tester, {"val": None}, folder, test_interval=test_interval, patience=patience
+        )
+        state = logging_presets.TrainingState(models={"trunk": torch.nn.Linear(1, 1)})
+        for state.epoch in range(1, num_epochs + 1):
+            if hook(state) is False:
+                break
+        tested, best_epoch, last = oracle(accs, num_epochs, test_interval, patience)
+        assert tester.calls == tested
+        assert state.epoch == last
+        expected = (best_epoch, accs[best_epoch]) if best_epoch else (None, 0.0)
+        assert hooks.get_best_epoch_and_accuracy(tester, "val") == expected
+        db.close()
