@@ -69,10 +69,19 @@ class HookContainer:
 
     Example:
         >>> import tempfile
+        >>> from types import SimpleNamespace
         >>> from pytorch_metric_learning.utils.record_keeping import RecordKeeper
         >>> hooks = HookContainer(RecordKeeper(tempfile.mkdtemp()), primary_metric="precision_at_1")
         >>> hooks.get_best_epoch_and_accuracy(None, "val")
         (None, 0.0)
+        >>> for epoch, value in [(1, 0.5), (2, 0.75), (3, 0.75)]:  # what a tester leaves
+        ...     tester = SimpleNamespace(
+        ...         all_accuracies={"val": {"epoch": epoch, "precision_at_1_level0": value}})
+        ...     hooks.end_of_testing_hook(tester)
+        >>> hooks.get_accuracy_history(tester, "val")
+        {'epoch': [1, 2, 3], 'precision_at_1_level0': [0.5, 0.75, 0.75]}
+        >>> hooks.get_best_epoch_and_accuracy(tester, "val")
+        (2, 0.75)
     """
 
     saveable_trainer_objects = (
@@ -122,9 +131,8 @@ class HookContainer:
     def end_of_iteration_hook(self, trainer: Any) -> None:
         """Record the latest losses and each optimizer's learning rate."""
         step = int(trainer.get_global_iteration())
-        losses = {str(k): float(v) for k, v in dict(trainer.losses).items()}
         group = self.record_group_name("loss_histories")
-        self.record_keeper.update_records(losses, step, group, step_name="iteration")
+        self.record_keeper.update_records(trainer.losses, step, group, step_name="iteration")
         rates = {
             str(name): float(opt.param_groups[0]["lr"])
             for name, opt in dict(getattr(trainer, "optimizers", None) or {}).items()
@@ -234,7 +242,12 @@ class HookContainer:
 
     @staticmethod
     def patience_remaining(epoch: int, best_epoch: int | None, patience: int | None) -> bool:
-        """False once ``epoch - best_epoch > patience`` (never with ``patience=None``)."""
+        """False once ``epoch - best_epoch > patience`` (never with ``patience=None``).
+
+        Example:
+            >>> HookContainer.patience_remaining(7, 5, 2), HookContainer.patience_remaining(8, 5, 2)
+            (True, False)
+        """
         if patience is not None and best_epoch is not None and epoch - best_epoch > patience:
             logger.info("Validation accuracy has plateaued since epoch %d. Stopping.", best_epoch)
             return False
