@@ -5,6 +5,8 @@ Every install is constrained by ``constraints.txt`` (which pins the CPU build of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -64,3 +66,33 @@ def benchmarks(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, "-e", ".", "-e", "plugins/faiss", "scikit-learn")
     for script in session.posargs or ["knn"]:
         session.run("python", f"benchmarks/{script}.py")
+
+
+PML29 = "pytorch-metric-learning==2.9.0"
+
+
+@nox.session
+def bench_pml29(session: nox.Session) -> None:
+    """benchmarks/accuracy.py: our AccuracyCalculator against pytorch-metric-learning 2.9.0.
+
+    2.9.0 has this project's import name, so it lives alone in this session's virtualenv
+    (with faiss-cpu and scikit-learn, which its defaults use). This project goes into a
+    second virtualenv beside it, and the benchmark runs 2.9.0 as a subprocess with this
+    session's python. ``nox -R -s bench_pml29 -- --sizes 10000`` reuses both.
+    """
+    session.install(*CONSTRAINTS, PML29, "faiss-cpu", "scikit-learn")
+    ours = Path(session.virtualenv.location).parent / f"{session.name}_ours"
+    ours_python = str(ours / "bin" / "python")
+    session.run_install("python", "-m", "venv", "--clear", str(ours))
+    session.run_install(
+        ours_python, "-m", "pip", "install", "-q", *CONSTRAINTS, "-e", ".", external=True
+    )
+    pml29_python = str(Path(session.bin) / "python")
+    session.run(
+        ours_python,
+        "benchmarks/accuracy.py",
+        "--pml29-python",
+        pml29_python,
+        *session.posargs,
+        external=True,
+    )

@@ -6,8 +6,11 @@ Importing this package imports neither faiss nor scikit-learn.
 from __future__ import annotations
 
 from ._plugin_proxy import FaissKMeans, FaissKNN
+from .accuracy_calculator import AccuracyCalculator
+from .kmeans import TorchKMeans
 from .knn import CustomKNN
 from .match_finder import MatchFinder
+from .mutual_information import adjusted_mutual_info, normalized_mutual_info
 from .protocols import KMeansFunc, KNNFunc
 from .registry import (
     list_kmeans_backends,
@@ -63,4 +66,8 @@ __all__ = [
     "equal_error_rate",
     "threshold_curve",
     "kfold_threshold_evaluation",
+    "AccuracyCalculator",
+    "TorchKMeans",
+    "adjusted_mutual_info",
+    "normalized_mutual_info",
 ]

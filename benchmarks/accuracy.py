@@ -1,0 +1,238 @@
+"""AccuracyCalculator speed, peak memory and agreement against pytorch-metric-learning 2.9.0.
+
+Run through nox, which builds the two environments (2.9.0 has this project's import name,
+so it lives in a virtualenv of its own and runs here as a subprocess):
+
+    nox -s bench_pml29                      # n = 10k, 50k, 100k
+    nox -R -s bench_pml29 -- --sizes 10000  # reuse the environments
+
+Data: class-clustered synthetic embeddings (d = 128, about 50 samples per class), one
+self-retrieval evaluation (``get_accuracy(x, labels)``), written once to temporary .npy
+files that both sides read. Every measurement runs in a fresh subprocess, and its peak
+memory is that process's ``ru_maxrss`` (which sees torch's allocations, unlike
+tracemalloc), reported in full and as the growth over the process's peak just before
+``get_accuracy`` (imports and data). Sides:
+
+  ours          AccuracyCalculator() defaults: CustomKNN + TorchKMeans, 5 metrics
+  pml29         2.9.0 with k="max_bin_count" (its advice for large sets): FaissKNN,
+                FaissKMeans(niter=20), all 7 metrics (it computes MAP and MRR by default)
+  pml29_k=None  2.9.0 defaults (k=None: every reference), only at the smallest size
+
+"max |diff| kNN" compares the k-NN metrics both sides computed (each with its own exact
+search, so near-ties may order differently); NMI and AMI differ by the k-means each side
+runs and are shown separately. "same inputs" then gives both sides the same neighbours
+and clusters (computed once by this project's CustomKNN and TorchKMeans, saved next to
+the data) and compares all seven metrics: only the metric code differs there.
+Times are wall-clock and CPU (user + system) seconds of ``get_accuracy``; the CPU ratio
+is steadier when other processes share the cores. One run per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+KNN_KEYS = (
+    "precision_at_1",
+    "r_precision",
+    "mean_average_precision_at_r",
+    "mean_average_precision",
+    "mean_reciprocal_rank",
+)
+ALL_METRICS = (*KNN_KEYS, "NMI", "AMI")
+
+
+def make_data(n: int, dims: int, per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian classes: a random centre per class plus isotropic noise of the same scale."""
+    rng = np.random.default_rng(seed)
+    num_classes = max(1, n // per_class)
+    labels = rng.integers(0, num_classes, n)
+    centers = rng.standard_normal((num_classes, dims)).astype(np.float32)
+    noise = rng.standard_normal((n, dims)).astype(np.float32)
+    return centers[labels] + 1.4 * noise, labels.astype(np.int64)
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def worker(side: str, data_dir: str, k: str) -> None:
+    """Run one evaluation in this process and print a JSON line with time, memory, metrics."""
+    import torch
+
+    x = torch.from_numpy(np.load(os.path.join(data_dir, "x.npy")))
+    labels = torch.from_numpy(np.load(os.path.join(data_dir, "labels.npy")))
+    if side == "neighbours":
+        save_shared_inputs(x, labels, data_dir)
+        return
+    options: dict = {"k": None if k == "none" else k}
+    if side.endswith("_same"):
+        options.update(shared_inputs(data_dir), k="max_bin_count", include=ALL_METRICS)
+    if side.startswith("ours"):
+        from pytorch_metric_learning.evaluation import AccuracyCalculator
+    else:
+        from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+        options["device"] = torch.device("cpu")
+    calculator = AccuracyCalculator(**options)
+    before, cpu = peak_mb(), cpu_seconds()
+    start = time.perf_counter()
+    results = calculator.get_accuracy(x, labels)
+    seconds = time.perf_counter() - start
+    cpu, after = cpu_seconds() - cpu, peak_mb()
+    metrics = {key: float(value) for key, value in results.items()}
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu": cpu,
+                "peak_mb": after,
+                "growth_mb": after - before,
+                "metrics": metrics,
+            }
+        )
+    )
+
+
+def save_shared_inputs(x, labels, data_dir: str) -> None:
+    """Neighbours (as many as 2.9.0's k="max_bin_count" asks for) and k-means clusters."""
+    import torch
+
+    from pytorch_metric_learning.evaluation import AccuracyCalculator, TorchKMeans
+
+    k = int(torch.bincount(labels).max()) - 1
+    distances, indices = AccuracyCalculator().knn_func(x, k, x, True)
+    np.save(os.path.join(data_dir, "knn_distances.npy"), distances.numpy())
+    np.save(os.path.join(data_dir, "knn_indices.npy"), indices.numpy())
+    clusters = TorchKMeans()(x, len(torch.unique(labels)))
+    np.save(os.path.join(data_dir, "clusters.npy"), clusters.numpy())
+
+
+def shared_inputs(data_dir: str) -> dict:
+    """knn_func and kmeans_func that return the saved neighbours and clusters."""
+    import torch
+
+    distances = torch.from_numpy(np.load(os.path.join(data_dir, "knn_distances.npy")))
+    indices = torch.from_numpy(np.load(os.path.join(data_dir, "knn_indices.npy")))
+    clusters = torch.from_numpy(np.load(os.path.join(data_dir, "clusters.npy")))
+
+    def knn_func(query, k, reference=None, ref_includes_query=False):
+        return distances[:, :k], indices[:, :k]
+
+    def kmeans_func(x, num_clusters):
+        return clusters
+
+    return {"knn_func": knn_func, "kmeans_func": kmeans_func}
+
+
+def measure(python: str, side: str, data_dir: str, k: str) -> dict:
+    command = [python, os.path.abspath(__file__), "--worker", side, "--data", data_dir, "--k", k]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+def max_difference(first: dict, second: dict, keys: tuple[str, ...]) -> float:
+    shared = [key for key in keys if key in first["metrics"] and key in second["metrics"]]
+    return max(
+        (abs(first["metrics"][key] - second["metrics"][key]) for key in shared),
+        default=float("nan"),
+    )
+
+
+def row(n: int, label: str, ours: dict, other: dict | None) -> str:
+    head = f"{n:>7} {label:<13}"
+    if other is None or "error" in other:
+        reason = "" if other is None else f"  ({label}: {other['error']})"
+        return (
+            f"{head} ours {ours['seconds']:7.2f} s (cpu {ours['cpu']:.1f} s) "
+            f"{ours['peak_mb']:7.0f} MB (+{ours['growth_mb']:.0f}){reason}"
+        )
+    return (
+        f"{head} time {ours['seconds']:6.2f} vs {other['seconds']:6.2f} s "
+        f"x{other['seconds'] / ours['seconds']:5.2f} | cpu {ours['cpu']:6.1f} vs "
+        f"{other['cpu']:6.1f} s x{other['cpu'] / ours['cpu']:5.2f} | peak {ours['peak_mb']:5.0f} "
+        f"vs {other['peak_mb']:5.0f} MB (+{ours['growth_mb']:.0f} vs +{other['growth_mb']:.0f}) "
+        f"| max|diff| kNN {max_difference(ours, other, KNN_KEYS):.1e} "
+        f"NMI/AMI {max_difference(ours, other, ('NMI', 'AMI')):.1e}"
+    )
+
+
+def same_inputs_row(n: int, ours: dict, other: dict) -> str:
+    if "error" in ours or "error" in other:
+        return f"{n:>7} same inputs: failed ({ours.get('error') or other.get('error')})"
+    each = ", ".join(f"{key} {max_difference(ours, other, (key,)):.0e}" for key in ALL_METRICS)
+    return f"{n:>7} same inputs, |diff|: {each}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000, 100_000])
+    parser.add_argument("--dims", type=int, default=128)
+    parser.add_argument("--per-class", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pml29-python", help="python of a virtualenv with 2.9.0 (nox makes one)")
+    parser.add_argument("--json", help="also write every measurement to this file")
+    parser.add_argument("--no-same-inputs", action="store_true", help="skip the same-inputs check")
+    parser.add_argument(
+        "--worker",
+        choices=["ours", "pml29", "neighbours", "ours_same", "pml29_same"],
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--k", default="none", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.data, args.k)
+        return
+    print(f"d={args.dims}, ~{args.per_class} per class, self-retrieval; cores: {os.cpu_count()}")
+    records = []
+    for index, n in enumerate(args.sizes):
+        with tempfile.TemporaryDirectory() as data_dir:
+            x, labels = make_data(n, args.dims, args.per_class, args.seed)
+            np.save(os.path.join(data_dir, "x.npy"), x)
+            np.save(os.path.join(data_dir, "labels.npy"), labels)
+            del x, labels
+            ours = measure(sys.executable, "ours", data_dir, "none")
+            if "error" in ours:
+                print(f"{n:>7} ours failed: {ours['error']}")
+                continue
+            record = {"n": n, "ours": ours}
+            if args.pml29_python:
+                record["pml29"] = measure(args.pml29_python, "pml29", data_dir, "max_bin_count")
+                print(row(n, "pml29", ours, record["pml29"]), flush=True)
+                if index == 0:
+                    record["pml29_k=None"] = measure(args.pml29_python, "pml29", data_dir, "none")
+                    print(row(n, "pml29_k=None", ours, record["pml29_k=None"]), flush=True)
+                if not args.no_same_inputs:
+                    measure(sys.executable, "neighbours", data_dir, "none")
+                    record["ours_same"] = measure(sys.executable, "ours_same", data_dir, "none")
+                    record["pml29_same"] = measure(
+                        args.pml29_python, "pml29_same", data_dir, "none"
+                    )
+                    print(same_inputs_row(n, record["ours_same"], record["pml29_same"]), flush=True)
+            else:
+                print(row(n, "", ours, None), flush=True)
+            records.append(record)
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=2))
+
+
+if __name__ == "__main__":
+    main()

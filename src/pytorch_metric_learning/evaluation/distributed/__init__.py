@@ -1,0 +1,22 @@
+"""Evaluation across the ranks of a ``torch.distributed`` process group.
+
+Every rank holds a shard of the embeddings; the results equal a single process given the
+shards concatenated in rank order. Importing this package does not initialize
+``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+from ._collectives import DistributedEvaluationError
+from .accuracy import DistributedAccuracyCalculator
+from .kmeans import DistributedKMeans
+from .knn import DistributedKNN, merge_order, merge_top_k
+
+__all__ = [
+    "DistributedAccuracyCalculator",
+    "DistributedEvaluationError",
+    "DistributedKMeans",
+    "DistributedKNN",
+    "merge_order",
+    "merge_top_k",
+]

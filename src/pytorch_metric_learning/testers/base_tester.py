@@ -1,0 +1,568 @@
+"""The machinery every tester shares: embed dataset splits, then score queries."""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from .._validation import check_positive_int, invalid
+from ..errors import InvalidArgumentError, InvalidTypeError
+from ..evaluation import AccuracyCalculator
+from . import _options as opts
+from ._batches import batch_labels, unpack_batch
+from ._pca import fit_pca
+from ._splits import resolve_splits_to_eval, splits_to_embed
+from ._store import EmbeddingStore
+from .label_mapper import LabelMapper
+
+__all__ = ["BaseTester"]
+
+logger = logging.getLogger(__name__)
+
+EmbeddingsAndLabels = dict[str, tuple[torch.Tensor, torch.Tensor]]
+Model = Callable[[Any], torch.Tensor]
+
+
+class BaseTester:
+    """Embeds dataset splits with a model and scores each query split against references.
+
+    Subclasses decide how one label level is scored (:meth:`score_level`); this class
+    does the rest: one forward pass per split (model in ``eval()`` mode, no gradients,
+    previous train/eval modes restored), the ``splits_to_eval`` plan, PCA and
+    normalization, metric keys, the visualizer and the end-of-testing hook.
+
+    Args:
+        normalize_embeddings: L2-normalize embeddings before retrieval.
+        use_trunk_output: Evaluate the trunk's output, skipping the embedder.
+        batch_size: Batch size of the embedding forward pass.
+        dataloader_num_workers: DataLoader worker processes.
+        pca: If an int N, standardize then project to N dimensions before normalization.
+            The projection is fitted on the reference of each evaluation and applied to
+            its query and reference; every metric key gets the suffix ``_pcaN``.
+        data_device: Where batches go for the forward pass; None picks CUDA when it is
+            available, else the CPU. The models must already be there.
+        dtype: If set, floating-point inputs are cast to it for the forward pass (e.g.
+            ``torch.float16`` with a ``model.half()``); embeddings keep the output's dtype.
+        data_and_label_getter: Splits a batch into ``(data, labels)``; None means the
+            batch already is that pair.
+        label_hierarchy_level: Which label column to evaluate: an int, a list of ints, or
+            "all". Several levels add ``AVERAGE_<metric>`` keys.
+        end_of_testing_hook: Called as ``hook(tester)`` once, after every split is
+            evaluated, while ``tester.embeddings_and_labels`` still holds the embeddings.
+        dataset_labels: Every label of the dataset, for ``set_min_label_to_zero``.
+        set_min_label_to_zero: Remap labels (also strings) to consecutive ints by rank,
+            with a :class:`LabelMapper` built from ``dataset_labels``.
+        accuracy_calculator: Computes the metrics; None means ``AccuracyCalculator()``.
+        visualizer: An object with ``fit_transform`` (e.g. ``umap.UMAP()``), run on each
+            query split's embeddings.
+        visualizer_hook: Called as ``hook(visualizer, points, labels, split_name, keyname,
+            epoch)`` with the visualizer's output, once per label level.
+        embeddings_device: Where the embeddings are stored and scored; None means
+            ``data_device``. Use ``"cpu"`` when the evaluation set does not fit in GPU memory.
+        progress_bar: Show a tqdm progress bar over the batches of each split.
+
+    Example:
+        >>> tester = BaseTester(batch_size=64, data_device="cpu")
+        >>> tester.batch_size, tester.normalize_embeddings, tester.label_hierarchy_level
+        (64, True, 0)
+    """
+
+    def __init__(
+        self,
+        normalize_embeddings: bool = True,
+        use_trunk_output: bool = False,
+        batch_size: int = 32,
+        dataloader_num_workers: int = 2,
+        pca: int | None = None,
+        data_device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        data_and_label_getter: Callable[[Any], Any] | None = None,
+        label_hierarchy_level: int | str | Sequence[int] = 0,
+        end_of_testing_hook: Callable[[BaseTester], Any] | None = None,
+        dataset_labels: Any = None,
+        set_min_label_to_zero: bool = False,
+        accuracy_calculator: Any = None,
+        visualizer: Any = None,
+        visualizer_hook: Callable[..., Any] | None = None,
+        *,
+        embeddings_device: torch.device | str | None = None,
+        progress_bar: bool = True,
+    ) -> None:
+        owner = type(self).__name__
+        self.normalize_embeddings = opts.check_bool(
+            normalize_embeddings, "normalize_embeddings", owner
+        )
+        self.use_trunk_output = opts.check_bool(use_trunk_output, "use_trunk_output", owner)
+        self.batch_size = check_positive_int(batch_size, "batch_size", owner)
+        self.dataloader_num_workers = opts.check_non_negative_int(
+            dataloader_num_workers, "dataloader_num_workers", owner
+        )
+        self.pca = None if pca is None else check_positive_int(pca, "pca", owner)
+        self.data_device = opts.check_device(data_device, "data_device", owner) or _default_device()
+        self.dtype = opts.check_dtype(dtype, "dtype", owner)
+        self.data_and_label_getter = opts.check_callable(
+            data_and_label_getter, "data_and_label_getter", owner
+        )
+        self.label_hierarchy_level = opts.check_label_hierarchy_level(label_hierarchy_level, owner)
+        self.end_of_testing_hook = opts.check_callable(
+            end_of_testing_hook, "end_of_testing_hook", owner
+        )
+        self.dataset_labels = dataset_labels
+        self.set_min_label_to_zero = opts.check_bool(
+            set_min_label_to_zero, "set_min_label_to_zero", owner
+        )
+        self.label_mapper = LabelMapper(set_min_label_to_zero, dataset_labels)
+        self.accuracy_calculator = opts.check_accuracy_calculator(
+            AccuracyCalculator() if accuracy_calculator is None else accuracy_calculator,
+            owner,
+        )
+        opts.check_visualizer(visualizer, visualizer_hook, owner)
+        self.visualizer = visualizer
+        self.visualizer_hook = visualizer_hook
+        self.embeddings_device = (
+            opts.check_device(embeddings_device, "embeddings_device", owner) or self.data_device
+        )
+        self.progress_bar = opts.check_bool(progress_bar, "progress_bar", owner)
+        self.all_accuracies: dict[str, dict[str, Any]] = {}
+
+    # ------------------------------------------------------------------ public API
+
+    def test(
+        self,
+        dataset_dict: Mapping[str, Any],
+        epoch: int,
+        trunk_model: Model,
+        embedder_model: Model | None = None,
+        splits_to_eval: Sequence[tuple[str, Sequence[str]]] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Embed the splits, score every query split, and return ``all_accuracies``.
+
+        Args:
+            dataset_dict: Split name -> dataset whose items are ``(data, label)``.
+            epoch: Stored as ``all_accuracies[split]["epoch"]`` for logging and history;
+                it never changes a computation.
+            trunk_model: The model (any callable; ``nn.Module`` modes are handled).
+            embedder_model: Applied to the trunk's output; None is the identity.
+            splits_to_eval: ``[(query_split, [reference_splits]), ...]``; None makes every
+                split query itself. A query split may appear once; the query is moved to
+                the front of its references when it is one of them.
+            collate_fn: Passed to the DataLoader.
+
+        Returns:
+            ``{split: {"epoch": epoch, "<metric>_level<L>[_pca<N>]": value, ...}}``, also
+            stored as ``self.all_accuracies``.
+
+        Example:
+            >>> import torch
+            >>> from torch.utils.data import TensorDataset
+            >>> from pytorch_metric_learning.evaluation import AccuracyCalculator
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> data = torch.tensor([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0], [1.0, 0.1]])
+            >>> val = TensorDataset(data, torch.tensor([0, 0, 1, 1]))
+            >>> tester = GlobalEmbeddingSpaceTester(
+            ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
+            ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
+            >>> tester.test({"val": val}, epoch=1, trunk_model=torch.nn.Identity())
+            {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
+        """
+        plan = resolve_splits_to_eval(
+            splits_to_eval, _check_dataset_dict(dataset_dict), self._owner
+        )
+        self._check_plan(plan)
+        logger.info("Evaluating epoch %s", epoch)
+        embedder = _identity if embedder_model is None else embedder_model
+        self.embeddings_and_labels = self._embed_splits(
+            dataset_dict, splits_to_embed(plan), trunk_model, embedder, collate_fn
+        )
+        try:
+            self.all_accuracies = {}
+            for query_split_name, reference_split_names in plan:
+                accuracies = self._evaluate(query_split_name, reference_split_names, epoch)
+                self.all_accuracies[query_split_name] = accuracies
+            self._end_of_testing(epoch)
+        finally:
+            del self.embeddings_and_labels
+        return self.all_accuracies
+
+    def get_all_embeddings(
+        self,
+        dataset: Any,
+        trunk_model: Model,
+        embedder_model: Model | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embed one dataset, e.g. to export embeddings for t-SNE or UMAP.
+
+        The models are put in ``eval()`` mode (their previous modes are restored) and run
+        without gradients. The embeddings are processed as for an evaluation of the
+        dataset against itself: with ``pca``, projected by a PCA fitted on them, then
+        normalized when ``normalize_embeddings`` is set.
+
+        Returns:
+            ``(embeddings, labels)`` on ``embeddings_device``; labels are 2-D,
+            ``(len(dataset), num_label_levels)``.
+
+        Example:
+            >>> import torch
+            >>> from torch.utils.data import TensorDataset
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> dataset = TensorDataset(torch.randn(6, 5), torch.tensor([0, 0, 1, 1, 2, 2]))
+            >>> tester = GlobalEmbeddingSpaceTester(
+            ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
+            >>> embeddings, labels = tester.get_all_embeddings(dataset, torch.nn.Linear(5, 2))
+            >>> embeddings.shape, labels.shape
+            (torch.Size([6, 2]), torch.Size([6, 1]))
+        """
+        embedder = _identity if embedder_model is None else embedder_model
+        with _eval_mode(trunk_model, embedder):
+            embeddings, labels = self._embed(dataset, "dataset", trunk_model, embedder, collate_fn)
+        if self.pca is not None:
+            projection = fit_pca(self._pca_rows(embeddings, labels), self.pca, self._owner)
+            embeddings = self._normalize(projection.transform(embeddings))
+        return embeddings, labels
+
+    def set_reference_and_query(
+        self,
+        embeddings_and_labels: EmbeddingsAndLabels,
+        query_split_name: str,
+        reference_split_names: Sequence[str],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return ``(query, query_labels, reference, reference_labels)`` of one evaluation.
+
+        The reference is the concatenation of the reference splits, in the given order.
+
+        Example:
+            >>> import torch
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> stored = {
+            ...     "test": (torch.ones(2, 3), torch.zeros(2, 1, dtype=torch.long)),
+            ...     "train": (torch.zeros(4, 3), torch.ones(4, 1, dtype=torch.long)),
+            ... }
+            >>> tester = GlobalEmbeddingSpaceTester(data_device="cpu")
+            >>> q, ql, r, rl = tester.set_reference_and_query(stored, "test", ["test", "train"])
+            >>> q.shape, r.shape, rl[:, 0].tolist()
+            (torch.Size([2, 3]), torch.Size([6, 3]), [0, 0, 1, 1, 1, 1])
+        """
+        query, query_labels = embeddings_and_labels[query_split_name]
+        parts = [embeddings_and_labels[name] for name in reference_split_names]
+        _check_same_levels(
+            [(query, query_labels), *parts], [query_split_name, *reference_split_names]
+        )
+        if len(parts) == 1:
+            return query, query_labels, parts[0][0], parts[0][1]
+        reference = torch.cat([embeddings for embeddings, _ in parts])
+        reference_labels = torch.cat([labels for _, labels in parts])
+        return query, query_labels, reference, reference_labels
+
+    def ref_includes_query(
+        self, query_split_name: str, reference_split_names: Sequence[str]
+    ) -> bool:
+        """Whether the first rows of the reference are the query.
+
+        Example:
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> tester = GlobalEmbeddingSpaceTester(data_device="cpu")
+            >>> tester.ref_includes_query("val", ["val", "train"])
+            True
+        """
+        return query_split_name in reference_split_names
+
+    def accuracies_keyname(
+        self, measure: str, label_hierarchy_level: int = 0, average: bool = False
+    ) -> str:
+        """The key of ``measure`` in ``all_accuracies``.
+
+        Example:
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> GlobalEmbeddingSpaceTester(data_device="cpu").accuracies_keyname("NMI", 2)
+            'NMI_level2'
+            >>> GlobalEmbeddingSpaceTester(pca=16).accuracies_keyname("NMI", average=True)
+            'AVERAGE_NMI_pca16'
+        """
+        name = f"AVERAGE_{measure}" if average else f"{measure}_level{label_hierarchy_level}"
+        return name if self.pca is None else f"{name}_pca{self.pca}"
+
+    def label_levels_to_evaluate(self, labels: torch.Tensor, split_name: str) -> list[int]:
+        """The label columns ``label_hierarchy_level`` selects, checked against ``labels``.
+
+        Example:
+            >>> import torch
+            >>> from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+            >>> tester = GlobalEmbeddingSpaceTester(label_hierarchy_level="all")
+            >>> tester.label_levels_to_evaluate(torch.zeros(4, 3, dtype=torch.long), "val")
+            [0, 1, 2]
+        """
+        num_levels = labels.shape[1]
+        levels = self._requested_levels(list(range(num_levels)))
+        if max(levels) >= num_levels:
+            raise InvalidArgumentError(
+                f"The labels of split {split_name!r} have {num_levels} level(s), so "
+                f"label_hierarchy_level={self.label_hierarchy_level!r} of {self._owner} cannot "
+                f"be evaluated; use levels 0 to {num_levels - 1}, or labels shaped "
+                "(num_samples, num_levels)."
+            )
+        return levels
+
+    def score_level(
+        self,
+        query: torch.Tensor,
+        query_labels: torch.Tensor,
+        reference: torch.Tensor,
+        reference_labels: torch.Tensor,
+        level: int,
+        ref_includes_query: bool,
+    ) -> dict[str, Any]:
+        """The metrics of one label level, ``{metric: value}``; subclasses define it.
+
+        ``query_labels`` and ``reference_labels`` hold every level (2-D).
+        """
+        raise NotImplementedError(
+            f"{self._owner} does not score embeddings; use GlobalEmbeddingSpaceTester, "
+            "WithSameParentLabelTester or GlobalTwoStreamEmbeddingSpaceTester, or override "
+            "score_level."
+        )
+
+    # ------------------------------------------------------------------ embedding
+
+    @property
+    def _owner(self) -> str:
+        return type(self).__name__
+
+    def _embed_splits(
+        self,
+        dataset_dict: Mapping[str, Any],
+        names: list[str],
+        trunk: Model,
+        embedder: Model,
+        collate_fn: Any,
+    ) -> EmbeddingsAndLabels:
+        """Embed each split once; check its labels for the chosen levels right away."""
+        embeddings_and_labels = {}
+        with _eval_mode(trunk, embedder):
+            for name in names:
+                embeddings, labels = self._embed(
+                    dataset_dict[name], name, trunk, embedder, collate_fn
+                )
+                self.label_levels_to_evaluate(labels, name)
+                embeddings_and_labels[name] = (embeddings, labels)
+        return embeddings_and_labels
+
+    def _embed(
+        self, dataset: Any, split_name: str, trunk: Model, embedder: Model, collate_fn: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass over a dataset, into one preallocated tensor."""
+        num_items = _dataset_length(dataset, split_name)
+        loader = DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=False,
+            num_workers=self.dataloader_num_workers,
+            collate_fn=collate_fn,
+        )
+        store: EmbeddingStore | None = None
+        with torch.no_grad():
+            for batch in tqdm(
+                loader, desc=f"Embedding {split_name}", disable=not self.progress_bar
+            ):
+                *inputs, raw_labels = self._unpack(batch, split_name)
+                labels = batch_labels(raw_labels, self.label_mapper, split_name)
+                outputs = [
+                    self._forward(x, trunk, embedder, split_name, len(labels)) for x in inputs
+                ]
+                if store is None:
+                    store = EmbeddingStore(
+                        num_items, len(outputs), outputs[0], labels, self.embeddings_device
+                    )
+                store.write(outputs, labels, split_name)
+        if store is None:
+            raise InvalidArgumentError(f"Split {split_name!r} yielded no batches.")
+        return store.finish(split_name)
+
+    def _unpack(self, batch: Any, split_name: str) -> tuple[Any, ...]:
+        """``(data, labels)`` of one batch."""
+        return unpack_batch(batch, self.data_and_label_getter, "(data, label)", split_name)
+
+    def _forward(
+        self, data: Any, trunk: Model, embedder: Model, split_name: str, batch_len: int
+    ) -> torch.Tensor:
+        output = trunk(_to_device(data, self.data_device, self.dtype))
+        if not self.use_trunk_output:
+            output = embedder(output)
+        if not isinstance(output, torch.Tensor) or output.ndim != 2 or len(output) != batch_len:
+            got = f"shape {tuple(output.shape)}" if isinstance(output, torch.Tensor) else output
+            raise InvalidArgumentError(
+                f"The model's output for split {split_name!r} must be a 2-D tensor with one "
+                f"row per item ({batch_len} in this batch). Got {got!r} instead."
+            )
+        return output if self.pca is not None else self._normalize(output)
+
+    def _normalize(self, embeddings: torch.Tensor) -> torch.Tensor:
+        if not self.normalize_embeddings:
+            return embeddings
+        return torch.nn.functional.normalize(embeddings, p=2, dim=1)
+
+    # ------------------------------------------------------------------ scoring
+
+    def _check_plan(self, plan: list[tuple[str, tuple[str, ...]]]) -> None:
+        """Refuse query/reference combinations this tester cannot evaluate."""
+
+    def _pca_rows(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The rows ``get_all_embeddings`` fits its PCA on: the reference part."""
+        return embeddings
+
+    def _evaluate(
+        self, query_split_name: str, reference_split_names: tuple[str, ...], epoch: int
+    ) -> dict[str, Any]:
+        query, query_labels, reference, reference_labels = self.set_reference_and_query(
+            self.embeddings_and_labels, query_split_name, reference_split_names
+        )
+        includes = self.ref_includes_query(query_split_name, reference_split_names)
+        query, reference = self._project(query, reference, includes)
+        levels = self.label_levels_to_evaluate(query_labels, query_split_name)
+        self._visualize(query, query_labels, query_split_name, levels, epoch)
+        logger.info(
+            "Computing accuracy for the %s split w.r.t %s", query_split_name, reference_split_names
+        )
+        per_level = {
+            level: self.score_level(
+                query, query_labels, reference, reference_labels, level, includes
+            )
+            for level in levels
+        }
+        accuracies: dict[str, Any] = {"epoch": epoch}
+        for level, scores in per_level.items():
+            accuracies.update({self.accuracies_keyname(m, level): v for m, v in scores.items()})
+        if not isinstance(self.label_hierarchy_level, int):
+            accuracies.update(self._level_averages(per_level))
+        return accuracies
+
+    def _project(
+        self, query: torch.Tensor, reference: torch.Tensor, includes: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """PCA fitted on the reference, applied to both, then normalization."""
+        if self.pca is None:
+            return query, reference  # normalized batch by batch already
+        projection = fit_pca(reference, self.pca, self._owner)
+        reference = self._normalize(projection.transform(reference))
+        if includes:
+            return reference[: len(query)], reference
+        return self._normalize(projection.transform(query)), reference
+
+    def _level_averages(self, per_level: dict[int, dict[str, Any]]) -> dict[str, float]:
+        """``AVERAGE_<metric>`` over the levels, for metrics that are numbers."""
+        averages = {}
+        for metric in next(iter(per_level.values())):
+            values = [scores.get(metric) for scores in per_level.values()]
+            if all(isinstance(v, numbers.Real) for v in values):
+                mean = float(np.mean(np.asarray(values, dtype=np.float64)))
+                averages[self.accuracies_keyname(metric, average=True)] = mean
+        return averages
+
+    def _requested_levels(self, all_levels: list[int]) -> list[int]:
+        """The levels asked for; ``all_levels`` stands for "all"."""
+        level = self.label_hierarchy_level
+        if isinstance(level, str):
+            return all_levels
+        return [level] if isinstance(level, int) else list(level)
+
+    def _visualize(
+        self,
+        query: torch.Tensor,
+        labels: torch.Tensor,
+        split_name: str,
+        levels: list[int],
+        epoch: int,
+    ) -> None:
+        if self.visualizer is None or self.visualizer_hook is None:
+            return
+        points = self.visualizer.fit_transform(query.detach().float().cpu().numpy())
+        name = type(self.visualizer).__name__
+        for level in levels:
+            keyname = self.accuracies_keyname(name, level)
+            level_labels = labels[:, level].cpu().numpy()
+            self.visualizer_hook(self.visualizer, points, level_labels, split_name, keyname, epoch)
+
+    def _end_of_testing(self, epoch: int) -> None:
+        if self.end_of_testing_hook is not None:
+            self.end_of_testing_hook(self)
+        else:
+            logger.info("Accuracies at epoch %s: %s", epoch, self.all_accuracies)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+@contextmanager
+def _eval_mode(*models: Any) -> Iterator[None]:
+    """Put every ``nn.Module`` in eval mode, then restore each submodule's own mode."""
+    modules = [m for model in models if isinstance(model, torch.nn.Module) for m in model.modules()]
+    modes = [(module, module.training) for module in modules]
+    for model in models:
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _to_device(data: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
+    """Move tensors (also inside lists, tuples and dicts) and cast floating ones to dtype."""
+    if isinstance(data, torch.Tensor):
+        data = data.to(device)
+        return data.to(dtype) if dtype is not None and data.is_floating_point() else data
+    if isinstance(data, Mapping):
+        return {key: _to_device(value, device, dtype) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_to_device(value, device, dtype) for value in data)
+    return data
+
+
+def _check_dataset_dict(dataset_dict: Any) -> Mapping[str, Any]:
+    if not isinstance(dataset_dict, Mapping) or not dataset_dict:
+        raise invalid(
+            "dataset_dict", "test()", "a non-empty dict of split name -> dataset", dataset_dict
+        )
+    return dataset_dict
+
+
+def _dataset_length(dataset: Any, split_name: str) -> int:
+    try:
+        length = len(dataset)
+    except TypeError as error:
+        raise InvalidTypeError(
+            f"Split {split_name!r} must be a dataset with __len__ and __getitem__. Got "
+            f"{type(dataset).__name__} instead."
+        ) from error
+    if length == 0:
+        raise InvalidArgumentError(f"Split {split_name!r} is empty; every split needs an item.")
+    return length
+
+
+def _check_same_levels(
+    parts: list[tuple[torch.Tensor, torch.Tensor]], names: Sequence[str]
+) -> None:
+    levels = {name: labels.shape[1] for name, (_, labels) in zip(names, parts)}
+    if len(set(levels.values())) > 1:
+        raise InvalidArgumentError(
+            f"Query and reference splits {list(dict.fromkeys(names))} must have the same "
+            f"number of label levels. Got {levels} instead."
+        )

@@ -1,0 +1,115 @@
+"""DistributedKMeans on spawned gloo groups and on a one-rank group."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _dist_plans import DIMS, KMEANS_COUNTS, blobs
+from sklearn.cluster import KMeans
+
+from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
+from pytorch_metric_learning.evaluation import list_kmeans_backends, load_kmeans_func
+from pytorch_metric_learning.evaluation.distributed import DistributedKMeans
+
+
+def same_partition(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """Whether two labelings group the rows identically (cluster ids may differ)."""
+    pairs = {(int(a), int(b)) for a, b in zip(first, second)}
+    return len(pairs) == len(set(first.tolist())) == len(set(second.tolist()))
+
+
+def _gathered(results, world: int, name: str) -> torch.Tensor:
+    for rank in range(world):
+        assert "value" in results[rank][name], results[rank][name].get("traceback")
+    return torch.cat([results[rank][name]["value"] for rank in range(world)])
+
+
+@pytest.mark.slow
+def test_blobs_are_recovered_as_scikit_learn_does(ran) -> None:
+    world, cases, results = ran
+    case = cases["kmeans_blobs"]
+    labels = _gathered(results, world, "kmeans_blobs")
+    assert labels.dtype == torch.long and len(labels) == sum(case["counts"])
+    oracle = KMeans(n_clusters=5, n_init=10, random_state=0).fit_predict(case["x"].numpy())
+    assert same_partition(labels, torch.from_numpy(oracle))
+    assert same_partition(labels, blobs(case["counts"], 5, seed=11)[1])
+
+
+@pytest.mark.slow
+def test_sharding_does_not_change_the_clustering(ran, one_rank_group) -> None:
+    world, cases, results = ran
+    case = cases["kmeans_overlapping"]
+    alone = DistributedKMeans(**case["options"])(case["x"], case["num_clusters"])
+    assert len(set(alone.tolist())) == case["num_clusters"]
+    assert torch.equal(_gathered(results, world, "kmeans_overlapping"), alone)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [("kmeans_mismatch", "must be the same on every rank"), ("kmeans_too_many", "at most")],
+)
+def test_invalid_arguments_raise_on_every_rank(ran, name: str, fragment: str) -> None:
+    world, _, results = ran
+    for rank in range(world):
+        assert results[rank][name].get("error_type") == "InvalidArgumentError"
+        assert fragment in results[rank][name]["message"]
+
+
+def test_registered_as_a_kmeans_backend() -> None:
+    assert "torch_distributed" in list_kmeans_backends()
+    kmeans = load_kmeans_func({"name": "torch_distributed", "max_iter": 7})
+    assert isinstance(kmeans, DistributedKMeans) and kmeans.max_iter == 7
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"n_init": 0}, InvalidArgumentError),
+        ({"max_iter": 1.5}, InvalidTypeError),
+        ({"tol": -1.0}, InvalidArgumentError),
+        ({"seed": "1"}, InvalidTypeError),
+        ({"init_size": 0}, InvalidArgumentError),
+        ({"timeout": -3}, InvalidArgumentError),
+    ],
+)
+def test_invalid_options(options, error) -> None:
+    with pytest.raises(error):
+        DistributedKMeans(**options)
+
+
+def test_one_rank_matches_scikit_learn_on_blobs(one_rank_group) -> None:
+    x, blob = blobs([120], 6, seed=3)
+    labels = DistributedKMeans(seed=None, n_init=3)(x.double(), 6)
+    assert labels.dtype == torch.long
+    assert same_partition(labels, blob)
+
+
+def test_half_precision_input_is_clustered(one_rank_group) -> None:
+    x, blob = blobs([40], 3, seed=4)
+    assert same_partition(DistributedKMeans()(x.half(), 3), blob)
+
+
+def test_duplicate_rows_leave_no_crash_and_valid_ids(one_rank_group) -> None:
+    x = torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 0.0]]).repeat(4, 1)
+    labels = DistributedKMeans(max_iter=5)(x, 4)
+    assert labels.shape == (12,) and int(labels.min()) >= 0 and int(labels.max()) < 4
+    assert same_partition(labels[:3].repeat(4), labels)
+
+
+def test_an_empty_cluster_moves_to_the_farthest_row(one_rank_group) -> None:
+    # Seeding from two rows only puts both centres on the far-left pair.
+    x = torch.tensor([[0.0], [0.1], [10.0], [10.2], [10.4]])
+    labels = DistributedKMeans(init_size=2, seed=1)(x, 2)
+    assert same_partition(labels, torch.tensor([0, 0, 1, 1, 1]))
+
+
+def test_one_rank_rejects_bad_inputs(one_rank_group) -> None:
+    with pytest.raises(InvalidArgumentError, match="at most the number of rows"):
+        DistributedKMeans()(torch.zeros(2, DIMS), 3)
+    with pytest.raises(InvalidTypeError, match="'x' parameter of DistributedKMeans"):
+        DistributedKMeans()(torch.zeros(2, DIMS, dtype=torch.long), 1)
+
+
+def test_kmeans_counts_cover_an_empty_shard() -> None:
+    assert 0 in KMEANS_COUNTS[3]

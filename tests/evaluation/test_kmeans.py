@@ -1,0 +1,149 @@
+"""The PyTorch k-means backend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sklearn.metrics import normalized_mutual_info_score
+
+from pytorch_metric_learning.evaluation import KMeansFunc, TorchKMeans, load_kmeans_func
+from pytorch_metric_learning.evaluation.kmeans import _lloyd, _nearest_two
+
+
+def blobs(num_clusters, per_cluster, dims=16, spread=0.05, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    centers = 10 * torch.randn(num_clusters, dims, generator=generator)
+    labels = torch.arange(num_clusters).repeat_interleave(per_cluster)
+    return centers[labels] + spread * torch.randn(len(labels), dims, generator=generator), labels
+
+
+def inertia(x, labels):
+    total = 0.0
+    for cluster in labels.unique():
+        members = x[labels == cluster].double()
+        total += float(((members - members.mean(0)) ** 2).sum())
+    return total
+
+
+@pytest.mark.parametrize("num_clusters", [2, 10, 60])
+def test_recovers_separated_clusters(num_clusters):
+    x, labels = blobs(num_clusters, 20)
+    clusters = TorchKMeans(n_init=3)(x, num_clusters)
+    assert clusters.dtype == torch.long and clusters.shape == labels.shape
+    assert normalized_mutual_info_score(labels.numpy(), clusters.numpy()) == pytest.approx(1.0)
+
+
+def test_nearest_centre_and_bounds():
+    x, _ = blobs(5, 10, spread=2.0)
+    centers = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(1))[:7]]
+    labels, upper, lower = _nearest_two(x, centers)
+    brute = torch.cdist(x.double(), centers.double())
+    two = brute.topk(2, dim=1, largest=False).values
+    assert torch.equal(labels, brute.argmin(dim=1))
+    assert bool((upper.double() >= two[:, 0] - 1e-9).all())
+    assert bool((lower.double() <= two[:, 1] + 1e-9).all())
+    assert bool((upper.double() - two[:, 0] < 0.5).all())  # widened by rounding only
+
+
+def plain_lloyd(x, centers, iterations):
+    x, centers = x.double(), centers.double().clone()
+    labels = torch.cdist(x, centers).argmin(dim=1)
+    for _ in range(iterations):
+        for c in range(len(centers)):
+            members = x[labels == c]
+            if len(members):
+                centers[c] = members.mean(dim=0)
+        new_labels = torch.cdist(x, centers).argmin(dim=1)
+        if torch.equal(new_labels, labels):
+            break
+        labels = new_labels
+    return labels
+
+
+@pytest.mark.parametrize(
+    ("seed", "spread", "num_clusters", "per_cluster"),
+    [(5, 1.0, 30, 20), (4, 2.0, 30, 20), (0, 7.0, 15, 12), (3, 40.0, 15, 12), (4, 40.0, 15, 12)],
+)
+def test_bounded_lloyd_equals_plain_lloyd(seed, spread, num_clusters, per_cluster):
+    """Hamerly's bounds only skip work (they spare rows a measurement for the separated
+    clusters of the first two cases), and plain passes take over when clusters overlap:
+    either way the iterations end where plain Lloyd's do. (No cluster empties in these
+    cases; the oracle does not move empty clusters.)"""
+    x, _ = blobs(num_clusters, per_cluster, spread=spread, seed=seed)
+    x = x.double()  # float64 on both sides: no assignment decided by rounding
+    rows = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    start = x[rows[:num_clusters]]
+    labels, _ = _lloyd(x, start.clone(), max_iter=100, threshold=0.0)
+    assert torch.equal(labels, plain_lloyd(x, start, 100))
+
+
+def test_a_fixed_seed_is_reproducible():
+    x, _ = blobs(8, 15, spread=3.0)
+    assert torch.equal(TorchKMeans(seed=5)(x, 8), TorchKMeans(seed=5)(x, 8))
+
+
+def test_restarts_never_increase_inertia():
+    x, _ = blobs(12, 10, spread=6.0, seed=2)
+    one = TorchKMeans(seed=3, n_init=1)(x, 12)
+    several = TorchKMeans(seed=3, n_init=4)(x, 12)  # its first restart is the same run
+    assert inertia(x, several) <= inertia(x, one) + 1e-6
+
+
+def test_every_point_its_own_cluster_and_duplicates():
+    x, _ = blobs(1, 6, spread=1.0)
+    assert sorted(TorchKMeans()(x, 6).tolist()) == list(range(6))
+    same = torch.ones(10, 3)
+    clusters = TorchKMeans()(same, 3)
+    assert clusters.shape == (10,) and int(clusters.min()) >= 0 and int(clusters.max()) < 3
+
+
+def test_seeding_on_a_subset_still_finds_the_clusters():
+    x, labels = blobs(20, 30)
+    clusters = TorchKMeans(init_size=100, n_init=2)(x, 20)
+    assert normalized_mutual_info_score(labels.numpy(), clusters.numpy()) > 0.95
+
+
+def test_half_precision_input():
+    x, labels = blobs(3, 10)
+    clusters = TorchKMeans()(x.half(), 3)
+    assert normalized_mutual_info_score(labels.numpy(), clusters.numpy()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"n_init": 0}, ValueError),
+        ({"max_iter": 1.5}, TypeError),
+        ({"tol": -1.0}, ValueError),
+        ({"seed": "a"}, TypeError),
+        ({"init_size": 0}, ValueError),
+    ],
+)
+def test_invalid_options(kwargs, error):
+    with pytest.raises(error):
+        TorchKMeans(**kwargs)
+
+
+def test_invalid_calls():
+    x, _ = blobs(2, 3)
+    with pytest.raises(ValueError, match="num_clusters"):
+        TorchKMeans()(x, 7)
+    with pytest.raises(ValueError):
+        TorchKMeans()(x, 0)
+    x[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        TorchKMeans()(x, 2)
+
+
+def test_registered_as_the_torch_backend():
+    backend = load_kmeans_func({"name": "torch", "seed": 1, "n_init": 2})
+    assert isinstance(backend, TorchKMeans) and isinstance(backend, KMeansFunc)
+    assert (backend.seed, backend.n_init) == (1, 2)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from pytorch_metric_learning.evaluation import kmeans as module
+
+    assert doctest.testmod(module, raise_on_error=False).failed == 0

@@ -1,0 +1,81 @@
+"""Shared pieces of the testers' tests: a spy accuracy calculator, tiny datasets, a model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+FIXED_METRICS = {"precision_at_1": 0.5, "r_precision": 0.25}
+
+
+class SpyCalculator:
+    """Records every get_accuracy call and returns fixed metrics."""
+
+    def __init__(self, metrics: dict[str, Any] | None = None) -> None:
+        self.metrics = dict(FIXED_METRICS if metrics is None else metrics)
+        self.calls: list[dict[str, Any]] = []
+
+    def get_accuracy(
+        self,
+        query: torch.Tensor,
+        query_labels: torch.Tensor,
+        reference: torch.Tensor | None = None,
+        reference_labels: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        include: tuple[str, ...] = (),
+        exclude: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        self.calls.append(
+            {
+                "query": query.clone(),
+                "query_labels": query_labels.clone(),
+                "reference": reference.clone(),
+                "reference_labels": reference_labels.clone(),
+                "ref_includes_query": ref_includes_query,
+            }
+        )
+        return dict(self.metrics)
+
+
+class CountingDataset(Dataset):
+    """A (data, label) dataset that counts how often each item is read."""
+
+    def __init__(self, data: torch.Tensor, labels: torch.Tensor) -> None:
+        self.data, self.labels = data, labels
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.reads += 1
+        return self.data[index], self.labels[index]
+
+
+def make_split(num: int, dims: int = 5, num_classes: int = 3, seed: int = 0) -> TensorDataset:
+    """Random features and integer labels."""
+    generator = torch.Generator().manual_seed(seed)
+    data = torch.randn(num, dims, generator=generator)
+    labels = torch.randint(0, num_classes, (num,), generator=generator)
+    return TensorDataset(data, labels)
+
+
+def make_model(dims_in: int = 5, dims_out: int = 4, seed: int = 0) -> torch.nn.Linear:
+    """A fixed-seed linear model."""
+    torch.manual_seed(seed)
+    return torch.nn.Linear(dims_in, dims_out)
+
+
+def embed_by_hand(
+    model: torch.nn.Module, data: torch.Tensor, normalize: bool = True
+) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(data)
+    return torch.nn.functional.normalize(out, dim=1) if normalize else out
+
+
+def quiet(**options: Any) -> dict[str, Any]:
+    """Options for fast, silent tests: no worker processes, no progress bar, CPU."""
+    return {"dataloader_num_workers": 0, "progress_bar": False, "data_device": "cpu", **options}
