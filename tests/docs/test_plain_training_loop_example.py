@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pytorch_metric_learning.testers")  # the example validates with a tester
-
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "plain_training_loop.py"
 
 

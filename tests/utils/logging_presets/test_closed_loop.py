@@ -16,11 +16,8 @@ import pytest
 import torch
 from torch.utils.data import RandomSampler, TensorDataset
 
-from pytorch_metric_learning import trainers
+from pytorch_metric_learning import testers, trainers
 from pytorch_metric_learning.utils import logging_presets
-
-# The testers are developed on their own branch; these tests run once they are merged.
-testers = pytest.importorskip("pytorch_metric_learning.testers")
 
 METRICS = ["precision_at_1", "r_precision", "mean_average_precision_at_r", "NMI", "AMI"]
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
