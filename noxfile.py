@@ -1,4 +1,4 @@
-"""Sessions for tests, lint, type checks, benchmarks and docs.
+"""Sessions for tests, lint, type checks, docs and benchmarks.
 
 Every install is constrained by ``constraints.txt`` (which pins the CPU build of torch).
 """
@@ -54,6 +54,13 @@ def typecheck(session: nox.Session) -> None:
     """mypy on the public packages."""
     session.install(*CONSTRAINTS, "-e", ".", "mypy", "numpy")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site; any mkdocs warning (a broken link, say) fails it."""
+    session.install("mkdocs>=1.6,<2")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs)
 
 
 @nox.session
