@@ -14,6 +14,8 @@ __all__ = [
     "check_positive_int",
     "check_tensor",
     "check_embeddings",
+    "check_matrix",
+    "check_finite",
     "check_same_device",
 ]
 
@@ -43,11 +45,21 @@ def check_tensor(value: Any, param: str, owner: str) -> torch.Tensor:
 
 def check_embeddings(value: Any, param: str, owner: str) -> torch.Tensor:
     """Check a 2-D floating-point tensor of finite values."""
+    return check_finite(check_matrix(value, param, owner), param, owner)
+
+
+def check_matrix(value: Any, param: str, owner: str) -> torch.Tensor:
+    """Check a 2-D floating-point tensor."""
     check_tensor(value, param, owner)
     if value.ndim != 2:
         raise invalid(param, owner, "a 2-D tensor (rows, dims)", f"shape {tuple(value.shape)}")
     if not value.is_floating_point():
         raise invalid(param, owner, "a floating-point tensor", value.dtype, InvalidTypeError)
+    return value
+
+
+def check_finite(value: torch.Tensor, param: str, owner: str) -> torch.Tensor:
+    """Raise ``ValueError`` when a tensor holds NaN or infinite values."""
     if value.numel() and not bool(torch.isfinite(value).all()):
         raise InvalidArgumentError(
             f"The '{param}' parameter of {owner} contains NaN or infinite values; "

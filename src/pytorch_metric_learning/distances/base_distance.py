@@ -33,6 +33,11 @@ class BaseDistance:
     norms cannot overflow float16.
     """
 
+    normalize_embeddings: bool
+    p: float
+    power: float
+    is_inverted: bool
+
     def __init__(
         self,
         normalize_embeddings: bool = True,
@@ -73,7 +78,7 @@ class BaseDistance:
             torch.Size([1, 1])
         """
         query, ref, out_dtype = self.prepare(query_emb, ref_emb)
-        return self.finish(self.compute_mat(query, ref), out_dtype)
+        return self.powered_mat(query, ref).to(out_dtype)
 
     def pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Return one value per row pair: the value between ``x[i]`` and ``y[i]``.
@@ -93,7 +98,7 @@ class BaseDistance:
                 f"Got {tuple(x.shape)} and {tuple(y.shape)} instead."
             )
         first, second, out_dtype = self.prepare(x, y)
-        return self.finish(self.compute_pairwise(first, second), out_dtype)
+        return self.powered_pairwise(first, second).to(out_dtype)
 
     def pairwise_distance(self, query_emb: torch.Tensor, ref_emb: torch.Tensor) -> torch.Tensor:
         """The same as :meth:`pairwise`; the name used by pytorch-metric-learning 2.x."""
@@ -127,8 +132,16 @@ class BaseDistance:
         return input_dtype
 
     def finish(self, values: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-        """Apply ``power`` and cast to the output dtype."""
+        """Apply ``power`` to raw values and cast them to the output dtype."""
         return self.apply_power(values).to(out_dtype)
+
+    def powered_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        """``compute_mat`` raised to ``power``, for already-prepared embeddings."""
+        return self.apply_power(self.compute_mat(query, ref))
+
+    def powered_pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``compute_pairwise`` raised to ``power``, for already-prepared embeddings."""
+        return self.apply_power(self.compute_pairwise(x, y))
 
     def apply_power(self, values: torch.Tensor) -> torch.Tensor:
         """Raise ``values`` to ``power`` (a no-op for power 1)."""

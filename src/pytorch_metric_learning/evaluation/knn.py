@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
-from .._validation import check_embeddings, check_positive_int, check_same_device, invalid
+from .._validation import (
+    check_finite,
+    check_matrix,
+    check_positive_int,
+    check_same_device,
+    invalid,
+)
 from ..distances import BaseDistance, LpDistance
+from ..distances.lp_distance import power_of_squared as _power_of_squared
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ._topk import topk
 
 __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
 
-# Bytes of the (rows, k, dims) difference tensor used to recompute selected distances.
-_REFINE_BUDGET = 64 * 2**20
+logger = logging.getLogger(__name__)
 
 
 class CustomKNN:
@@ -57,6 +66,13 @@ class CustomKNN:
         """
         query, reference = check_search_inputs(query, reference, "CustomKNN")
         search_k = check_search_k(k, len(reference), ref_includes_query, "CustomKNN")
+        logger.debug(
+            "CustomKNN: %d queries, %d references, k=%d, %s",
+            len(query),
+            len(reference),
+            k,
+            self.distance,
+        )
         prepared_query, prepared_ref, out_dtype = self.distance.prepare(query, reference)
         if _uses_fast_euclidean(self.distance):
             distances, indices = self._search_euclidean(prepared_query, prepared_ref, search_k)
@@ -77,18 +93,19 @@ class CustomKNN:
         distances, indices = _empty_outputs(query, ref, k)
         for start in self._blocks(len(query)):
             block = query[start : start + (self.batch_size or len(query))]
-            values = self.distance.apply_power(self.distance.compute_mat(block, ref))
-            top = torch.topk(values, k, dim=1, largest=self.distance.is_inverted, sorted=True)
-            distances[start : start + len(block)] = top.values
-            indices[start : start + len(block)] = top.indices
+            values = self.distance.powered_mat(block, ref)
+            top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
+            distances[start : start + len(block)] = top_values
+            indices[start : start + len(block)] = top_indices
         return distances, indices
 
     def _search_euclidean(
         self, query: torch.Tensor, ref: torch.Tensor, k: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rank by ``|r|^2 - 2 q.r`` (one GEMM per block), then recompute the k kept exactly."""
+        """Rank by ``|r|^2 - 2 q.r`` (one GEMM per block); add ``|q|^2`` to the k kept."""
         distances, indices = _empty_outputs(query, ref, k)
         ref_sq = (ref * ref).sum(dim=1)
+        query_sq = (query * query).sum(dim=1, keepdim=True)
         rows = self.batch_size or len(query)
         buffer = torch.empty(
             (min(rows, len(query)), len(ref)), dtype=query.dtype, device=query.device
@@ -96,12 +113,10 @@ class CustomKNN:
         for start in self._blocks(len(query)):
             block = query[start : start + rows]
             scores = torch.addmm(ref_sq, block, ref.T, alpha=-2, out=buffer[: len(block)])
-            top = torch.topk(scores, k, dim=1, largest=False, sorted=True).indices
-            del scores
-            exact = _exact_euclidean(block, ref, top, self.distance.power)
-            exact, order = torch.sort(exact, dim=1, stable=True)
-            distances[start : start + len(block)] = exact
-            indices[start : start + len(block)] = torch.gather(top, 1, order)
+            top_values, top_indices = topk(scores, k, largest=False)
+            squared = top_values.add_(query_sq[start : start + rows]).clamp_min_(0)
+            distances[start : start + len(block)] = _power_of_squared(squared, self.distance.power)
+            indices[start : start + len(block)] = top_indices
         return distances, indices
 
 
@@ -123,17 +138,17 @@ def check_search_inputs(
     query: torch.Tensor, reference: torch.Tensor | None, owner: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate a k-NN query and reference; ``reference=None`` means the query itself."""
-    check_embeddings(query, "query", owner)
+    check_matrix(query, "query", owner)
     if reference is None:
-        return query, query
-    check_embeddings(reference, "reference", owner)
+        return check_finite(query, "query", owner), query
+    check_matrix(reference, "reference", owner)
     check_same_device(query, reference, "query and reference", owner)
     if query.shape[1] != reference.shape[1]:
         raise InvalidArgumentError(
             f"The query and reference of {owner} must have the same number of columns. "
             f"Got {query.shape[1]} and {reference.shape[1]} instead."
         )
-    return query, reference
+    return check_finite(query, "query", owner), check_finite(reference, "reference", owner)
 
 
 def check_search_k(k: int, num_reference: int, ref_includes_query: bool, owner: str) -> int:
@@ -185,17 +200,3 @@ def _empty_outputs(
     distances = torch.empty((len(query), k), dtype=dtype, device=query.device)
     indices = torch.empty((len(query), k), dtype=torch.long, device=query.device)
     return distances, indices
-
-
-def _exact_euclidean(
-    block: torch.Tensor, ref: torch.Tensor, top: torch.Tensor, power: float
-) -> torch.Tensor:
-    """``||block[i] - ref[top[i, j]]|| ** power``, in row chunks that bound memory."""
-    k, dims = top.shape[1], block.shape[1]
-    rows = max(1, _REFINE_BUDGET // max(1, k * dims * block.element_size()))
-    out = torch.empty(top.shape, dtype=block.dtype, device=block.device)
-    for start in range(0, len(block), rows):
-        diff = block[start : start + rows].unsqueeze(1) - ref[top[start : start + rows]]
-        squared = (diff * diff).sum(dim=2)
-        out[start : start + rows] = squared if power == 2 else squared.sqrt() ** power
-    return out

@@ -10,11 +10,11 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
+from .._warnings import warn_external
 from ..distances import (
     BaseDistance,
     CosineSimilarity,
@@ -134,11 +134,10 @@ def build_table(points: Iterable[EntryPoint]) -> dict[str, list[EntryPoint]]:
     table: dict[str, list[EntryPoint]] = {}
     for point in points:
         if point.name in core_names and not _is_core(point):
-            warnings.warn(
+            warn_external(
                 f"Ignoring the backend {point.name!r} of {_distribution_name(point)}: "
                 f"that name belongs to {CORE_DISTRIBUTION}.",
                 RuntimeWarning,
-                stacklevel=4,
             )
             continue
         table.setdefault(point.name, []).append(point)
@@ -272,7 +271,7 @@ class _Registry:
                 f"The {self.kind} backend {name!r} built {backend!r}, which is not callable."
             )
         try:
-            signature = inspect.signature(backend)
+            signature = inspect.signature(cast(Callable[..., Any], backend))
         except (TypeError, ValueError):
             return
         try:
