@@ -27,6 +27,8 @@ __all__ = [
     "load_array",
     "load_embeddings",
     "load_labels",
+    "read_labels",
+    "encode_labels",
     "load_match_labels",
     "load_scores",
 ]
@@ -107,11 +109,10 @@ def load_embeddings(source: str | Path) -> torch.Tensor:
     return torch.from_numpy(values)
 
 
-def load_labels(source: str | Path, num_rows: int | None = None) -> torch.Tensor:
-    """Read class labels as a ``torch.long`` vector.
+def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
+    """Read class labels as a 1-D array of integers or of strings (class names).
 
-    Integer labels are kept; any other labels (strings, say) are numbered in sorted order.
-    A ``(rows, 1)`` array counts as a vector.
+    A ``(rows, 1)`` array counts as a vector; integral floats become integers.
 
     Args:
         source: ``FILE`` or ``FILE:KEY``.
@@ -121,20 +122,59 @@ def load_labels(source: str | Path, num_rows: int | None = None) -> torch.Tensor
         >>> import tempfile
         >>> path = tempfile.mkdtemp() + "/labels.csv"
         >>> _ = open(path, "w").write("# label\\ncat\\ndog\\ncat\\n")
-        >>> load_labels(path).tolist()
-        [0, 1, 0]
+        >>> read_labels(path).tolist()
+        ['cat', 'dog', 'cat']
     """
     name = _display(source)
     array = _as_vector(load_array(source, "labels"), "labels", name)
     _check_length(array, num_rows, "labels", name)
     if array.dtype.kind in "iub":
-        return torch.from_numpy(array.astype(np.int64))
+        return array.astype(np.int64)
     if array.dtype.kind == "f":
         if not np.isfinite(array).all() or not np.all(array == np.round(array)):
             raise InputFileError(f"The labels in '{name}' must be integers or names.")
-        return torch.from_numpy(array.astype(np.int64))
-    _, numbered = np.unique(array.astype(str), return_inverse=True)
-    return torch.from_numpy(numbered.reshape(-1).astype(np.int64))
+        return array.astype(np.int64)
+    return array.astype(str)
+
+
+def encode_labels(*arrays: np.ndarray) -> tuple[list[torch.Tensor], list[str] | None]:
+    """Turn label arrays into ``torch.long`` tensors that share one numbering.
+
+    Integer labels are kept as they are (and no names are returned). Otherwise every
+    label is read as a name, and the names of all arrays together are numbered in sorted
+    order, so a class has the same number in the query and in the reference.
+
+    Returns:
+        The tensors, in the order given, and the class names (index = number) or ``None``.
+
+    Example:
+        >>> (query, reference), names = encode_labels(np.array(["b"]), np.array(["a", "b"]))
+        >>> query.tolist(), reference.tolist(), names
+        ([1], [0, 1], ['a', 'b'])
+    """
+    if all(array.dtype.kind in "iu" for array in arrays):
+        return [torch.from_numpy(array.astype(np.int64)) for array in arrays], None
+    text = [array.astype(str) for array in arrays]
+    names, numbered = np.unique(np.concatenate(text), return_inverse=True)
+    bounds = np.cumsum([0] + [len(array) for array in text])
+    tensors = [
+        torch.from_numpy(numbered.reshape(-1)[start:stop].astype(np.int64))
+        for start, stop in zip(bounds[:-1], bounds[1:])
+    ]
+    return tensors, [str(name) for name in names]
+
+
+def load_labels(source: str | Path, num_rows: int | None = None) -> torch.Tensor:
+    """Read class labels as a ``torch.long`` vector (names numbered in sorted order).
+
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/labels.csv"
+        >>> _ = open(path, "w").write("# label\\ncat\\ndog\\ncat\\n")
+        >>> load_labels(path).tolist()
+        [0, 1, 0]
+    """
+    return encode_labels(read_labels(source, num_rows))[0][0]
 
 
 def load_scores(source: str | Path) -> torch.Tensor:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from .. import __version__
 from ..errors import BackendError, PMLError
-from . import backends
+from . import backends, evaluate
 
 __all__ = [
     "EXIT_OK",
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules() -> list[Any]:
-    return [backends]
+    return [evaluate, backends]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(f"{error}", EXIT_USAGE)
         except SystemExit as done:  # --help and --version
             return int(done.code or 0)
+        args.argv = args_list
         with _logging_to_stderr(args.verbose):
             return _run(args)
 
