@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError
+from ..evaluation import load_kmeans_func, load_knn_func
 from ..evaluation.accuracy_calculator import (
     DEFAULT_METRICS,
     ON_REQUEST_METRICS,
     AccuracyCalculator,
 )
+from ._errors import UsageError
 from ._output import format_table, write_json
 from ._specs import describe_spec, parse_spec
 from ._versions import environment_versions
@@ -111,9 +113,9 @@ def _k_value(text: str) -> int | str | None:
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     """Read and cross-check the query, reference and label files named by ``args``."""
     if (args.reference is None) != (args.reference_labels is None):
-        raise InvalidArgumentError("--reference and --reference-labels must be given together.")
+        raise UsageError("--reference and --reference-labels must be given together")
     if args.ref_includes_query and args.reference is None:
-        raise InvalidArgumentError("--ref-includes-query needs --reference.")
+        raise UsageError("--ref-includes-query needs --reference")
     query = load_embeddings(args.query)
     raw = [read_labels(args.labels, num_rows=len(query))]
     reference = None
@@ -146,9 +148,19 @@ def build_calculator(args: argparse.Namespace) -> AccuracyCalculator:
         return_per_class=args.per_class,
         k=args.k,
         device=check_device(args.device),
-        knn_func=None if args.knn is None else parse_spec(args.knn, "--knn"),
-        kmeans_func=None if args.kmeans is None else parse_spec(args.kmeans, "--kmeans"),
+        knn_func=_backend(args.knn, "--knn", load_knn_func),
+        kmeans_func=_backend(args.kmeans, "--kmeans", load_kmeans_func),
     )
+
+
+def _backend(text: str | None, option: str, load: Callable[[Any], Any]) -> Any:
+    """Build the backend a spec names; a factory that rejects the options is a user error."""
+    if text is None:
+        return None
+    try:
+        return load(parse_spec(text, option))
+    except TypeError as error:
+        raise InvalidArgumentError(f"{option} {text}: {error}") from error
 
 
 def check_device(text: str | None) -> torch.device | None:

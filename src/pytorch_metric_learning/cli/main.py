@@ -18,6 +18,7 @@ from typing import Any, NoReturn, TextIO
 from .. import __version__
 from ..errors import BackendError, PMLError
 from . import backends, evaluate
+from ._errors import UsageError
 
 __all__ = [
     "EXIT_OK",
@@ -37,10 +38,6 @@ EXIT_USAGE = 2
 EXIT_BACKEND = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """The command line itself is wrong (reported like argparse, on one line)."""
 
 
 class _Parser(argparse.ArgumentParser):
