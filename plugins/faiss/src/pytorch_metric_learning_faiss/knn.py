@@ -1,0 +1,398 @@
+"""k-nearest-neighbour search with a faiss index: exact by default, approximate by config."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Union
+
+import faiss
+import numpy as np
+import torch
+
+from pytorch_metric_learning._validation import check_embeddings, check_positive_int, invalid
+from pytorch_metric_learning.errors import (
+    BackendRuntimeError,
+    InvalidArgumentError,
+    InvalidTypeError,
+)
+from pytorch_metric_learning.evaluation.knn import (
+    check_search_inputs,
+    check_search_k,
+    remove_self_matches,
+)
+
+from . import _gpu
+from ._interop import LOGGER_PREFIX, faiss_errors, from_numpy, to_float32_numpy
+from .errors import IndexFileNotFoundError
+
+__all__ = ["FaissKNN"]
+
+logger = logging.getLogger(f"{LOGGER_PREFIX}.knn")
+
+_OWNER = "FaissKNN"
+IndexInitFn = Callable[[int], Any]
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class FaissKNN:
+    """k-NN search with a faiss index, following the ``KNNFunc`` contract.
+
+    Args:
+        reset_before: Build a new index from ``index_init_fn(dimension)`` on every call and
+            add the call's ``reference`` before searching. If False, a call searches the
+            existing index, appending a ``reference`` passed to it first (its rows are
+            numbered after those already present).
+        reset_after: Discard the index after every call.
+        index_init_fn: Callable returning a faiss index for a dimension. Defaults to
+            ``faiss.IndexFlatL2`` (exact search, squared Euclidean distances).
+        gpus: A non-empty list or tuple of faiss GPU ids to search on. Without it, CUDA
+            queries use every GPU visible to faiss. Ignored by faiss-cpu.
+        index: A faiss index factory string such as ``"IVF1024,Flat"`` or ``"HNSW32"``,
+            instead of ``index_init_fn``. An index that needs training is trained on the
+            first rows added to it.
+        nprobe: Inverted lists an IVF index visits per query (more: slower, more exact).
+        efSearch: Candidate list size of an HNSW index (more: slower, more exact).
+
+    Example:
+        >>> import torch
+        >>> query = torch.tensor([[0.0, 0.0], [3.0, 0.0]])
+        >>> reference = torch.tensor([[0.0, 1.0], [3.0, 0.5], [9.0, 9.0]])
+        >>> distances, indices = FaissKNN()(query, 1, reference)
+        >>> indices.tolist(), distances.tolist()
+        ([[0], [1]], [[1.0], [0.25]])
+    """
+
+    def __init__(
+        self,
+        reset_before: bool = True,
+        reset_after: bool = True,
+        index_init_fn: IndexInitFn | None = None,
+        gpus: list[int] | tuple[int, ...] | None = None,
+        *,
+        index: str | None = None,
+        nprobe: int | None = None,
+        efSearch: int | None = None,  # noqa: N803 (faiss's own parameter name)
+    ) -> None:
+        self.reset_before = _check_bool(reset_before, "reset_before")
+        self.reset_after = _check_bool(reset_after, "reset_after")
+        self.index_init_fn = _check_index_init_fn(index_init_fn, index)
+        self.index_string = index
+        self.gpus = _check_gpus(gpus)
+        self.nprobe = None if nprobe is None else check_positive_int(nprobe, "nprobe", _OWNER)
+        self.efSearch = (
+            None if efSearch is None else check_positive_int(efSearch, "efSearch", _OWNER)
+        )
+        self._index: Any = None
+        self._resources = _gpu.GpuResources(lambda: faiss.StandardGpuResources())
+        self._warned_cpu_only = False
+
+    def __repr__(self) -> str:
+        options = [
+            f"reset_before={self.reset_before}",
+            f"reset_after={self.reset_after}",
+            f"index_init_fn={self.index_init_fn!r}",
+            f"gpus={self.gpus!r}",
+        ]
+        for name in ("index_string", "nprobe", "efSearch"):
+            value = getattr(self, name)
+            if value is not None:
+                options.append(f"{'index' if name == 'index_string' else name}={value!r}")
+        return f"FaissKNN({', '.join(options)})"
+
+    @property
+    def faiss_index(self) -> Any:
+        """The current faiss index, or None when there is none."""
+        return self._index
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        query: torch.Tensor,
+        k: int,
+        reference: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(distances, indices)`` of the ``k`` nearest indexed rows, nearest first.
+
+        Without ``reference`` the persistent index is searched (``reset_before=False``).
+        """
+        search_k = self._validate_call(query, k, reference, ref_includes_query)
+        if self.reset_before:
+            self.reset()
+        try:
+            if reference is not None:
+                self._ensure_index(reference.shape[1])
+                self._place(reference.device, search_k)
+                self._append(reference)
+            else:
+                self._place(query.device, search_k)
+            distances, indices = self._search(query, search_k)
+        finally:
+            if self.reset_after:
+                self.reset()
+        if ref_includes_query:
+            return remove_self_matches(distances, indices)
+        return distances, indices
+
+    def train(self, reference: torch.Tensor) -> None:
+        """Replace the index with a new one holding ``reference`` (trained on it if needed)."""
+        check_embeddings(reference, "reference", _OWNER)
+        self.reset()
+        self.add(reference)
+
+    def add(self, reference: torch.Tensor) -> None:
+        """Append rows to the index (a new one if there is none); their indices continue."""
+        check_embeddings(reference, "reference", _OWNER)
+        self._ensure_index(reference.shape[1])
+        self._place(reference.device, None)
+        self._append(reference)
+
+    def reset(self) -> None:
+        """Discard the index. GPU resources are kept for the next index."""
+        self._index = None
+
+    def save(self, path: PathLike) -> None:
+        """Write the index to ``path`` (a CPU copy of a GPU index) with ``faiss.write_index``."""
+        path = _check_path(path, "save")
+        index = self._require_index("save")
+        with faiss_errors(_OWNER, f"save the index to {path!r}"):
+            if _gpu.index_gpus(index, faiss):
+                index = faiss.index_gpu_to_cpu(index)
+            faiss.write_index(index, path)
+
+    def load(self, path: PathLike) -> None:
+        """Replace the index with one read from ``path`` (written by :meth:`save`)."""
+        path = _check_path(path, "load")
+        try:
+            index = faiss.read_index(path)
+        except RuntimeError as error:
+            if not os.path.isfile(path):
+                raise IndexFileNotFoundError(
+                    f"{_OWNER} cannot load {path!r}: there is no such file."
+                ) from error
+            raise BackendRuntimeError(
+                f"{_OWNER} cannot load {path!r}: it is not a faiss index file, or it is "
+                f"damaged or truncated (faiss reported: {str(error).strip()}). "
+                "Write index files with FaissKNN.save or faiss.write_index."
+            ) from error
+        self._index = index
+        self._apply_search_params()
+
+    def _validate_call(
+        self,
+        query: torch.Tensor,
+        k: int,
+        reference: torch.Tensor | None,
+        ref_includes_query: bool,
+    ) -> int:
+        """Check everything before the index changes; return the number of neighbours to find."""
+        check_embeddings(query, "query", _OWNER)
+        if reference is None and self.reset_before:
+            raise InvalidArgumentError(
+                f"The 'reference' parameter of {_OWNER} must be a tensor when reset_before=True, "
+                "since every call builds a new index from it. Got None instead; pass a "
+                "reference, or use FaissKNN(reset_before=False) with train(), add() or load() "
+                "to search a persistent index."
+            )
+        existing = None if self.reset_before else self._index
+        if reference is not None:
+            check_search_inputs(query, reference, _OWNER)
+        elif existing is None:
+            raise InvalidArgumentError(
+                f"{_OWNER} has no index to search: pass a reference, or call train(), add() "
+                "or load() first."
+            )
+        if existing is not None:
+            _check_dimension(existing, query.shape[1], "query")
+        total = (0 if existing is None else existing.ntotal) + (
+            0 if reference is None else len(reference)
+        )
+        return check_search_k(k, total, ref_includes_query, _OWNER)
+
+    def _ensure_index(self, dimension: int) -> None:
+        if self._index is None:
+            self._index = self._new_index(dimension)
+            self._apply_search_params()
+        else:
+            _check_dimension(self._index, dimension, "reference")
+
+    def _new_index(self, dimension: int) -> Any:
+        if self.index_string is not None:
+            try:
+                index = faiss.index_factory(dimension, self.index_string)
+            except RuntimeError as error:
+                raise invalid(
+                    "index",
+                    _OWNER,
+                    f"a faiss index factory string (such as 'IVF1024,Flat' or 'HNSW32') "
+                    f"valid for {dimension}-dimensional vectors",
+                    self.index_string,
+                ) from error
+        else:
+            index = (self.index_init_fn or faiss.IndexFlatL2)(dimension)
+        if not isinstance(index, faiss.Index):
+            raise invalid("index_init_fn", _OWNER, "a callable returning a faiss.Index", index)
+        _check_dimension(index, dimension, "reference")
+        return index
+
+    def _apply_search_params(self) -> None:
+        given = {"nprobe": self.nprobe, "efSearch": self.efSearch}
+        params = {name: value for name, value in given.items() if value is not None}
+        if not params:
+            return
+        on_gpu = bool(_gpu.index_gpus(self._index, faiss))
+        space = faiss.GpuParameterSpace() if on_gpu else faiss.ParameterSpace()
+        for name, value in params.items():
+            try:
+                space.set_index_parameter(self._index, name, value)
+            except RuntimeError as error:
+                raise InvalidArgumentError(
+                    f"The '{name}' parameter of {_OWNER} does not apply to a "
+                    f"{type(self._index).__name__} index ('nprobe' is for IVF indices, "
+                    f"'efSearch' for HNSW). Got {name}={value!r}."
+                ) from error
+
+    def _plan(self, device: torch.device) -> tuple[int, ...]:
+        env = _gpu.gpu_environment(faiss)
+        if self.gpus is not None and not env.gpu_build and not self._warned_cpu_only:
+            self._warned_cpu_only = True
+            logger.warning(
+                "FaissKNN(gpus=%s): this faiss has no GPU support (faiss-cpu); searching on "
+                "the CPU. Install a GPU build of faiss to search on GPUs.",
+                list(self.gpus),
+            )
+        if self.gpus is not None and env.num_gpus and max(self.gpus) >= env.num_gpus:
+            raise invalid(
+                "gpus",
+                _OWNER,
+                f"GPU ids visible to faiss (0 to {env.num_gpus - 1})",
+                list(self.gpus),
+            )
+        return _gpu.plan_gpus(env, device, self.gpus)
+
+    def _place(self, device: torch.device, k: int | None) -> None:
+        """Move a CPU index to the planned GPUs, unless ``k`` is beyond the GPU limit."""
+        plan = self._plan(device)
+        if not plan or _gpu.index_gpus(self._index, faiss):
+            return
+        if k is not None and not _gpu.k_fits_gpu(k):
+            _warn_k_too_large(k)
+            return
+        with faiss_errors(_OWNER, f"copy the index to GPUs {list(plan)}"):
+            self._index = _gpu.index_to_gpus(self._index, plan, self._resources, faiss)
+        self._apply_search_params()
+
+    def _append(self, reference: torch.Tensor) -> None:
+        index = self._index
+        devices = _gpu.index_gpus(index, faiss)
+        action = f"add {len(reference)} rows to the index (training it first if it needs it)"
+        with faiss_errors(_OWNER, action):
+            if _gpu.zero_copy(devices, reference.device):
+                resources = self._resources.get(devices[0])
+                _gpu.add_on_device(index, reference, resources, faiss)
+                return
+            data = to_float32_numpy(reference)
+            if not index.is_trained:
+                index.train(data)
+            index.add(data)
+
+    def _search(self, query: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        index = self._index
+        devices = _gpu.index_gpus(index, faiss)
+        if devices and not _gpu.k_fits_gpu(k):
+            _warn_k_too_large(k)
+            with faiss_errors(_OWNER, "copy the index to the CPU"):
+                index, devices = faiss.index_gpu_to_cpu(index), ()
+        with faiss_errors(_OWNER, f"search {len(query)} queries for {k} neighbours"):
+            if _gpu.zero_copy(devices, query.device):
+                resources = self._resources.get(devices[0])
+                distances, indices = _gpu.search_on_device(index, query, k, resources, faiss)
+            else:
+                found = index.search(to_float32_numpy(query), k)
+                distances = from_numpy(found[0], torch.float32, query.device)
+                indices = from_numpy(found[1], torch.long, query.device)
+        _check_all_found(indices, k)
+        return distances, indices
+
+    def _require_index(self, action: str) -> Any:
+        if self._index is None:
+            raise InvalidArgumentError(
+                f"{_OWNER} has no index to {action}: pass a reference to a call, or call "
+                "train(), add() or load() first."
+            )
+        return self._index
+
+
+def _warn_k_too_large(k: int) -> None:
+    logger.warning(
+        "FaissKNN: k=%d is more than the %d neighbours a faiss GPU search returns; "
+        "searching the CPU index instead.",
+        k,
+        _gpu.GPU_MAX_K,
+    )
+
+
+def _check_all_found(indices: torch.Tensor, k: int) -> None:
+    """faiss pads missing neighbours with -1; never hand those out as row numbers."""
+    missing = (indices < 0).any(dim=1)
+    if bool(missing.any()):
+        raise BackendRuntimeError(
+            f"faiss found fewer than {k} neighbours for {int(missing.sum())} of "
+            f"{len(indices)} queries: an approximate index searched too little of itself. "
+            "Raise nprobe (IVF) or efSearch (HNSW), or ask for fewer neighbours."
+        )
+
+
+def _check_dimension(index: Any, dimension: int, name: str) -> None:
+    if index.d != dimension:
+        raise InvalidArgumentError(
+            f"The '{name}' parameter of {_OWNER} must have as many columns as the index "
+            f"({index.d}). Got {dimension} columns instead."
+        )
+
+
+def _check_bool(value: Any, param: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise invalid(param, _OWNER, "a bool", value, InvalidTypeError)
+    return bool(value)
+
+
+def _check_index_init_fn(
+    index_init_fn: IndexInitFn | None, index: str | None
+) -> IndexInitFn | None:
+    if index_init_fn is not None and not callable(index_init_fn):
+        raise invalid(
+            "index_init_fn", _OWNER, "a callable or None", index_init_fn, InvalidTypeError
+        )
+    if index is not None and (not isinstance(index, str) or not index.strip()):
+        raise invalid(
+            "index", _OWNER, "a faiss index factory string or None", index, InvalidTypeError
+        )
+    if index is not None and index_init_fn is not None:
+        raise InvalidArgumentError(
+            f"{_OWNER} takes either 'index_init_fn' or 'index', not both. "
+            f"Got index_init_fn={index_init_fn!r} and index={index!r}."
+        )
+    return index_init_fn
+
+
+def _check_gpus(gpus: Any) -> tuple[int, ...] | None:
+    if gpus is None:
+        return None
+    if not isinstance(gpus, (list, tuple)):
+        raise invalid("gpus", _OWNER, "a list or tuple of GPU ids, or None", gpus, InvalidTypeError)
+    if not gpus:
+        raise invalid("gpus", _OWNER, "a non-empty list or tuple of GPU ids, or None", gpus)
+    for gpu in gpus:
+        if isinstance(gpu, bool) or not isinstance(gpu, (int, np.integer)):
+            raise invalid("gpus", _OWNER, "a list or tuple of int GPU ids", gpus, InvalidTypeError)
+    if min(gpus) < 0 or len(set(gpus)) != len(gpus):
+        raise invalid("gpus", _OWNER, "distinct non-negative GPU ids", gpus)
+    return tuple(int(gpu) for gpu in gpus)
+
+
+def _check_path(path: Any, action: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise invalid("path", f"{_OWNER}.{action}", "a str or os.PathLike", path, InvalidTypeError)
+    return os.fspath(path)
