@@ -85,7 +85,7 @@ def test_statuses_as_data(fake_plugins: Path) -> None:
     assert rows["fake_broken"].status == "broken"
     assert rows["fake_broken"].error == "ImportError: needs libfoo.so"
     assert rows["fake_ok"].status == "ok" and rows["fake_ok"].error == ""
-    assert [row.name for row in backend_statuses("kmeans")] == ["fake_means"]
+    assert "fake_means" in [row.name for row in backend_statuses("kmeans")]
 
 
 def test_json_file_output(cli, tmp_path: Path) -> None:
