@@ -134,6 +134,7 @@ def test_python_blocks_run(
     text = path.read_text(encoding="utf-8")
     if needs_faiss(text):
         pytest.importorskip("faiss")
+        pytest.importorskip("pytorch_metric_learning_faiss")
     install_example_project(text, tmp_path / "example", monkeypatch)
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
