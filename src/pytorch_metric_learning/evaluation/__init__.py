@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._plugin_proxy import FaissKMeans, FaissKNN
 from .knn import CustomKNN
+from .match_finder import MatchFinder
 from .protocols import KMeansFunc, KNNFunc
 from .registry import (
     list_kmeans_backends,
@@ -15,6 +16,24 @@ from .registry import (
     load_knn_func,
     register_kmeans_backend,
     register_knn_backend,
+)
+from .thresholds import (
+    MatchCounts,
+    ThresholdSelection,
+    match_accuracy,
+    match_balanced_accuracy,
+    match_f1,
+    select_threshold,
+)
+from .verification import (
+    FoldEvaluation,
+    KFoldEvaluation,
+    ThresholdCurve,
+    equal_error_rate,
+    false_match_rate_at_recall,
+    kfold_threshold_evaluation,
+    recall_at_false_match_rate,
+    threshold_curve,
 )
 
 __all__ = [
@@ -29,4 +48,19 @@ __all__ = [
     "load_knn_func",
     "register_kmeans_backend",
     "register_knn_backend",
+    "MatchFinder",
+    "MatchCounts",
+    "ThresholdSelection",
+    "select_threshold",
+    "match_accuracy",
+    "match_balanced_accuracy",
+    "match_f1",
+    "ThresholdCurve",
+    "FoldEvaluation",
+    "KFoldEvaluation",
+    "recall_at_false_match_rate",
+    "false_match_rate_at_recall",
+    "equal_error_rate",
+    "threshold_curve",
+    "kfold_threshold_evaluation",
 ]
