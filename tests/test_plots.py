@@ -10,7 +10,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+import torch  # noqa: E402
+
 from pytorch_metric_learning import plots  # noqa: E402
+from pytorch_metric_learning.evaluation import recall_at_false_match_rate  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -30,6 +33,54 @@ def test_training_curves(tmp_path: Path) -> None:
     )
     assert out == tmp_path / "nested" / "curves.png"
     assert_png(out)
+
+
+@pytest.fixture
+def pairs() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    same = torch.rand(500, generator=generator) < 0.3
+    similarities = torch.where(same, 0.7, 0.2) + 0.2 * torch.randn(500, generator=generator)
+    return similarities, same
+
+
+@pytest.mark.parametrize(
+    "draw", [plots.plot_threshold_curve, plots.plot_roc, plots.plot_det, plots.plot_verification]
+)
+@pytest.mark.parametrize("threshold", [None, 0.45])
+def test_threshold_plots(tmp_path: Path, pairs, draw, threshold) -> None:
+    similarities, same = pairs
+    out = draw(similarities, same, tmp_path / "plot.png", is_inverted=True, threshold=threshold)
+    assert_png(out)
+
+
+@pytest.mark.parametrize(
+    "draw", [plots.plot_threshold_curve, plots.plot_roc, plots.plot_det, plots.plot_verification]
+)
+def test_threshold_plots_of_distances_from_numpy(tmp_path: Path, pairs, draw) -> None:
+    similarities, same = pairs
+    distances = (1 - similarities).numpy()
+    assert_png(draw(distances, same.numpy(), tmp_path / "plot.png", is_inverted=False))
+
+
+def test_custom_metric_and_title(tmp_path: Path, pairs) -> None:
+    similarities, same = pairs
+    out = plots.plot_threshold_curve(
+        similarities,
+        same,
+        tmp_path / "tar.png",
+        is_inverted=True,
+        metric=recall_at_false_match_rate(0.01),
+        title="TAR at 1% FAR",
+    )
+    assert_png(out)
+
+
+def test_invalid_pairs_raise_before_drawing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="both True and False"):
+        plots.plot_roc(
+            torch.rand(4), torch.ones(4, dtype=torch.bool), tmp_path / "x.png", is_inverted=True
+        )
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_training_curves_with_empty_histories(tmp_path: Path) -> None:
@@ -52,4 +103,6 @@ def test_missing_matplotlib_names_the_extra(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ModuleNotFoundError, match=r"pytorch-metric-learning\[plots\]"):
         plots.plot_training_curves({}, {}, tmp_path / "x.png")
+    with pytest.raises(plots.PlotsNotInstalledError):
+        plots.plot_roc(torch.rand(4), torch.arange(4) < 2, tmp_path / "x.png", is_inverted=True)
     assert not (tmp_path / "x.png").exists()
