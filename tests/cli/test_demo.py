@@ -172,3 +172,33 @@ def test_epochs_must_be_positive(cli) -> None:
     result = cli("demo", "--epochs", "0")
     assert result.code == 2
     assert "argument --epochs: must be a positive int" in result.err
+
+
+def test_a_second_run_replaces_the_first(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    first = cli("demo", "--epochs", "2", "--no-plots", "--output", folder)
+    assert first.code == 0, first.err
+    second = cli("demo", "--epochs", "1", "--no-plots", "--output", folder)
+    assert second.code == 0, second.err
+    results = json.loads((folder / "results.json").read_text())
+    assert results["epochs_run"] == 1 and results["best_epoch"] == 1
+    # The first run's records and checkpoints are gone: one epoch of history, one checkpoint.
+    history = (folder / "logs" / "accuracies_val" / "precision_at_1_level0.csv").read_text()
+    assert history.strip().splitlines()[1:] and len(history.strip().splitlines()) == 2
+    assert sorted(p.name for p in (folder / "models").glob("trunk_*")) == [
+        "trunk_1.pth",
+        "trunk_best1.pth",
+    ]
+
+
+def test_a_foreign_folder_is_left_alone(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    (folder / "models").mkdir(parents=True)
+    (folder / "models" / "precious.pth").write_text("keep me")
+    result = cli("demo", "--quick", "--output", folder)
+    assert result.code == 1
+    assert "already holds 'models', which the demo did not write" in result.err
+    assert (folder / "models" / "precious.pth").read_text() == "keep me"
+    overwritten = cli("demo", "--epochs", "1", "--no-plots", "--overwrite", "--output", folder)
+    assert overwritten.code == 0, overwritten.err
+    assert not (folder / "models" / "precious.pth").exists()

@@ -18,6 +18,7 @@ Everything runs on the CPU and needs no network: ``pip install
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from ..distances import CosineSimilarity
-from ..errors import PMLError
+from ..errors import InvalidArgumentError, PMLError
 from ..evaluation.accuracy_calculator import AccuracyCalculator
 from ..testers import GlobalEmbeddingSpaceTester
 from ..trainers import MetricLossOnly
@@ -45,6 +46,7 @@ __all__ = [
     "DemoResult",
     "load_digit_splits",
     "supervised_contrastive_loss",
+    "prepare_output",
     "run_demo",
     "add_parser",
     "run",
@@ -52,6 +54,17 @@ __all__ = [
 
 INSTALL_HINT = 'pip install "pytorch-metric-learning[demo]"'
 PRIMARY_METRIC = "precision_at_1"
+_MARKER = ".pml-eval-demo"
+_OUTPUT_NAMES = (
+    "models",
+    "logs",
+    "plots",
+    "results.json",
+    "val_embeddings.npz",
+    "test_embeddings.npz",
+    "val_pairs.npz",
+    "test_pairs.npz",
+)
 
 
 class DemoDependencyError(PMLError, ModuleNotFoundError):
@@ -70,15 +83,18 @@ class DemoConfig:
         embedding_size: Dimensions of the embeddings.
         plots: Draw PNG plots (needs matplotlib).
         progress: Show progress bars on stderr.
+        overwrite: Replace the files of an earlier run even if ``output`` was not
+            written by the demo (by default, only a demo's own folder is reused).
     """
 
     output: Path = Path("pml-demo")
-    epochs: int = 25
+    epochs: int = 20
     seed: int = 0
     batch_size: int = 128
     embedding_size: int = 32
     plots: bool = True
     progress: bool = True
+    overwrite: bool = False
 
 
 @dataclass
@@ -185,6 +201,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
     torch.manual_seed(config.seed)
     splits = load_digit_splits(config.seed)
     output = Path(config.output)
+    prepare_output(output, config.overwrite)
     files: dict[str, Path] = {}
     trainer, hooks, tester = _train(config, splits, output, files)
     best_epoch = hooks.load_best_saved_models(trainer, output / "models") or trainer.epoch
@@ -211,6 +228,34 @@ def run_demo(config: DemoConfig) -> DemoResult:
     files["results"] = output / "results.json"
     write_json(files["results"], _as_record(result))
     return result
+
+
+def prepare_output(folder: Path, overwrite: bool = False) -> None:
+    """Make ``folder`` ready for a run: remove an earlier run's files, mark it as the demo's.
+
+    A previous run's records and checkpoints must go, or the hooks would resume from them.
+    They are removed only from a folder the demo marked as its own, or with ``overwrite``;
+    anything else in the folder is left alone.
+
+    Raises:
+        InvalidArgumentError: ``folder`` holds files with the demo's names but is not a
+            demo folder, and ``overwrite`` is false.
+    """
+    existing = [folder / name for name in _OUTPUT_NAMES if (folder / name).exists()]
+    if existing and not (overwrite or (folder / _MARKER).is_file()):
+        raise InvalidArgumentError(
+            f"'{folder}' already holds '{existing[0].name}', which the demo did not write. "
+            "Choose another --output, or pass --overwrite to replace the demo's files there."
+        )
+    for path in existing:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / _MARKER).write_text(
+        "Written by pml-eval demo; its files here are replaced on each run.\n"
+    )
 
 
 def _train(
@@ -415,6 +460,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--quick", action="store_true", help="two epochs (a smoke test)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files with the demo's names in DIR even if DIR is not a demo folder",
+    )
     parser.set_defaults(run=run)
 
 
@@ -434,6 +484,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs or (2 if args.quick else DemoConfig.epochs),
         seed=args.seed,
         plots=not args.no_plots and _can_plot(),
+        overwrite=args.overwrite,
         progress=sys.stderr.isatty(),
     )
     print(f"Training on the UCI digits for {config.epochs} epochs; writing to {config.output}/")
