@@ -202,3 +202,8 @@ def _literal(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+def test_a_folder_is_not_a_file(tmp_path: Path) -> None:
+    with pytest.raises(InputFileError, match="is a folder; give the file in it"):
+        load_embeddings(tmp_path)

@@ -75,6 +75,7 @@ def _reason(error: BaseException) -> str:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``backends`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "backends",
         help="list the installed k-NN and k-means backends",
@@ -88,6 +89,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """List the backends; exit code 0 even when some are broken (the listing says which)."""
     rows = {kind: backend_statuses(kind) for kind in _FACTORIES}
     if args.output != "-":
         print(_render(rows))

@@ -445,6 +445,7 @@ def _as_record(result: DemoResult) -> dict[str, Any]:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "demo",
         help="train, validate, test and choose a threshold on the UCI digits",
@@ -479,6 +480,7 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the demo with the command line's settings, print its summary; return 0."""
     config = DemoConfig(
         output=Path(args.output),
         epochs=args.epochs or (2 if args.quick else DemoConfig.epochs),

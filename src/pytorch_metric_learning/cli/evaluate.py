@@ -39,6 +39,7 @@ class EvaluationInputs:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``evaluate`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "evaluate",
         help="retrieval and clustering metrics of embedding files",
@@ -190,6 +191,7 @@ def check_device(text: str | None) -> torch.device | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Compute the metrics, print them as a table and/or write them as JSON; return 0."""
     inputs = load_inputs(args)
     calculator = build_calculator(args)
     metrics = calculator.get_accuracy(

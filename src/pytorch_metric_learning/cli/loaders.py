@@ -61,6 +61,8 @@ def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
         (2, 2)
     """
     path, key = _split_key(str(source))
+    if path.is_dir():
+        raise InputFileError(f"The {role} file '{path}' is a folder; give the file in it.")
     if not path.is_file():
         raise InputFileError(f"The {role} file '{path}' does not exist.")
     suffix = path.suffix.lower()
@@ -93,7 +95,7 @@ def load_embeddings(source: str | Path) -> torch.Tensor:
         [[0.5, 1.0], [2.0, 3.0]]
     """
     array = load_array(source, "embeddings")
-    name = _display(source)
+    name = str(source)
     if array.ndim != 2:
         raise InputFileError(
             f"The embeddings in '{name}' must be a 2-D array (rows, dims). "
@@ -125,7 +127,7 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
         >>> read_labels(path).tolist()
         ['cat', 'dog', 'cat']
     """
-    name = _display(source)
+    name = str(source)
     array = _as_vector(load_array(source, "labels"), "labels", name)
     _check_length(array, num_rows, "labels", name)
     if array.dtype.kind in "iub":
@@ -187,7 +189,7 @@ def load_scores(source: str | Path) -> torch.Tensor:
         >>> load_scores(path).tolist()
         [0.25, 0.5]
     """
-    name = _display(source)
+    name = str(source)
     array = _as_vector(load_array(source, "scores"), "scores", name)
     values = _as_float(array, "scores", name).astype(np.float64)
     if not np.isfinite(values).all():
@@ -205,7 +207,7 @@ def load_match_labels(source: str | Path, num_rows: int) -> torch.Tensor:
         >>> load_match_labels(path, 3).tolist()
         [True, False, True]
     """
-    name = _display(source)
+    name = str(source)
     array = _as_vector(load_array(source, "labels"), "labels", name)
     _check_length(array, num_rows, "labels", name)
     if array.dtype.kind == "b":
@@ -225,10 +227,6 @@ def _split_key(source: str) -> tuple[Path, str | None]:
     if sep and tail and Path(head).suffix.lower() in _KEYED_SUFFIXES:
         return Path(head), tail
     return Path(source), None
-
-
-def _display(source: str | Path) -> str:
-    return str(source)
 
 
 def _read_npy(path: Path, key: str | None, role: str) -> np.ndarray:

@@ -63,6 +63,7 @@ def _rate(text: str) -> float | None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``threshold`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "threshold",
         help="choose a verification threshold from scored pairs",
@@ -95,6 +96,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Choose the threshold, print and/or write it, draw the plot if asked; return 0."""
     scores = load_scores(args.scores)
     labels = load_match_labels(args.labels, num_rows=len(scores))
     name, metric = args.metric

@@ -1,4 +1,4 @@
-"""The ``pml-eval`` entry point: argument parsing, dispatch, and one-line errors.
+"""The ``pml-eval`` application: argument parsing, dispatch, and one-line errors.
 
 Exit codes: 0 success, 1 unusable input (a missing file, a wrong shape, labels of another
 length), 2 a command line argparse rejects, 3 a backend that is unknown, not installed or

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytorch_metric_learning import __version__
-from pytorch_metric_learning.cli.main import EXIT_INTERNAL, EXIT_USAGE, build_parser
+from pytorch_metric_learning.cli.app import EXIT_INTERNAL, EXIT_USAGE, build_parser
 
 from .conftest import run_subprocess
 
