@@ -12,7 +12,7 @@ nox.options.sessions = ["tests", "tests_faiss", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = False
 
 CONSTRAINTS = ("-c", "constraints.txt")
-TEST_DEPS = ("pytest", "hypothesis", "scikit-learn", "numpy")
+TEST_DEPS = ("pytest", "hypothesis", "scikit-learn", "numpy", "matplotlib")
 # Tiny third-party distributions that exercise the plugin registry.
 TEST_PLUGINS = (
     "tests/plugins/toy_knn",
