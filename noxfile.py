@@ -1,4 +1,4 @@
-"""Sessions for tests, lint, type checks, benchmarks and docs.
+"""Sessions for tests, lint, type checks, docs and benchmarks.
 
 Every install is constrained by ``constraints.txt`` (which pins the CPU build of torch).
 """
@@ -14,7 +14,7 @@ nox.options.sessions = ["tests", "tests_faiss", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = False
 
 CONSTRAINTS = ("-c", "constraints.txt")
-TEST_DEPS = ("pytest", "hypothesis", "scikit-learn", "numpy")
+TEST_DEPS = ("pytest", "hypothesis", "scikit-learn", "numpy", "tensorboard", "matplotlib")
 # Tiny third-party distributions that exercise the plugin registry.
 TEST_PLUGINS = (
     "tests/plugins/toy_knn",
@@ -58,6 +58,13 @@ def typecheck(session: nox.Session) -> None:
     """mypy on the public packages."""
     session.install(*CONSTRAINTS, "-e", ".", "mypy", "numpy")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site; any mkdocs warning (a broken link, say) fails it."""
+    session.install("mkdocs>=1.6,<2")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs)
 
 
 @nox.session

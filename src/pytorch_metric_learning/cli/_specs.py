@@ -1,0 +1,60 @@
+"""Backend specs given on the command line: a name, or a JSON object with a ``name``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from ..evaluation.registry import backend_info
+from ._versions import distribution_version
+
+__all__ = ["parse_spec", "describe_spec"]
+
+
+def parse_spec(text: str, option: str) -> str | dict[str, Any]:
+    """Turn ``--knn``/``--kmeans`` text into a registry spec.
+
+    Example:
+        >>> parse_spec('{"name": "custom", "distance": "cosine"}', "--knn")
+        {'name': 'custom', 'distance': 'cosine'}
+        >>> parse_spec("custom", "--knn")
+        'custom'
+    """
+    text = text.strip()
+    if not text:
+        raise InvalidArgumentError(f"The {option} option needs a backend name or a JSON object.")
+    if not text.startswith(("{", "[", '"')):
+        return text
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidArgumentError(
+            f"The {option} option is not valid JSON ({error.msg} at column {error.colno}): {text}"
+        ) from None
+    if isinstance(spec, str):
+        return spec
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise InvalidArgumentError(
+            f'The {option} option must be a backend name or a JSON object with a "name". '
+            f"Got {text} instead."
+        )
+    return spec
+
+
+def describe_spec(spec: str | dict[str, Any] | None, kind: str, default: str) -> dict[str, Any]:
+    """The spec with the name, distribution and version of its backend, for a JSON record.
+
+    Example:
+        >>> describe_spec(None, "knn", "custom")["name"]
+        'custom'
+    """
+    name = default if spec is None else spec if isinstance(spec, str) else spec["name"]
+    found = [info for info in backend_info(kind) if info.name == name]
+    distributions = list(found[0].distributions) if found else []
+    return {
+        "spec": spec if spec is not None else name,
+        "name": name,
+        "distribution": ", ".join(distributions),
+        "version": ", ".join(v for v in map(distribution_version, distributions) if v),
+    }

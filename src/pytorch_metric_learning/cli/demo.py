@@ -1,0 +1,553 @@
+"""``pml-eval demo``: the library's main job, end to end, on the UCI handwritten digits.
+
+1. Split the 1,797 8x8 digit images that ship with scikit-learn into train, validation
+   and test samples (60/20/20, stratified by digit, seeded).
+2. Train a small embedding network (an MLP trunk and a linear embedder) with a supervised
+   contrastive loss, using ``trainers.MetricLossOnly``; after every epoch the hooks of
+   ``utils.logging_presets`` validate it with ``testers.GlobalEmbeddingSpaceTester``, record
+   the results and keep the checkpoint with the best validation precision@1.
+3. Reload the best checkpoint and score the test split with the tester.
+4. Choose a verification threshold ("same digit or not?") on every pair of validation
+   samples, and measure its decisions on every pair of test samples.
+5. Write checkpoints, records, embeddings, scored pairs, ``results.json`` and plots.
+
+Everything runs on the CPU and needs no network: ``pip install
+"pytorch-metric-learning[demo]"`` brings scikit-learn (for the data) and matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from ..distances import CosineSimilarity
+from ..errors import InvalidArgumentError, PMLError
+from ..evaluation.accuracy_calculator import AccuracyCalculator
+from ..testers import GlobalEmbeddingSpaceTester
+from ..trainers import MetricLossOnly
+from ..utils import logging_presets
+from ._output import format_table, write_json
+
+__all__ = [
+    "DemoDependencyError",
+    "DemoConfig",
+    "DemoResult",
+    "load_digit_splits",
+    "supervised_contrastive_loss",
+    "prepare_output",
+    "run_demo",
+    "add_parser",
+    "run",
+]
+
+INSTALL_HINT = 'pip install "pytorch-metric-learning[demo]"'
+PRIMARY_METRIC = "precision_at_1"
+_MARKER = ".pml-eval-demo"
+_OUTPUT_NAMES = (
+    "models",
+    "logs",
+    "plots",
+    "results.json",
+    "val_embeddings.npz",
+    "test_embeddings.npz",
+    "val_pairs.npz",
+    "test_pairs.npz",
+)
+
+
+class DemoDependencyError(PMLError, ModuleNotFoundError):
+    """scikit-learn, which holds the demo's data set, is not installed."""
+
+
+@dataclass
+class DemoConfig:
+    """What the demo does and where it writes.
+
+    Attributes:
+        output: The folder for every file the demo writes.
+        epochs: Training epochs (the best one is kept).
+        seed: Seeds the split, the initial weights and the batch order.
+        batch_size: Training batch size.
+        embedding_size: Dimensions of the embeddings.
+        plots: Draw PNG plots (needs matplotlib).
+        progress: Show progress bars on stderr.
+        overwrite: Replace the files of an earlier run even if ``output`` was not
+            written by the demo (by default, only a demo's own folder is reused).
+    """
+
+    output: Path = Path("pml-demo")
+    epochs: int = 20
+    seed: int = 0
+    batch_size: int = 128
+    embedding_size: int = 32
+    plots: bool = True
+    progress: bool = True
+    overwrite: bool = False
+
+
+@dataclass
+class DemoResult:
+    """What the demo measured, and the files it wrote (name -> path)."""
+
+    best_epoch: int
+    epochs_run: int
+    validation: dict[str, float]
+    test: dict[str, float]
+    threshold: dict[str, Any]
+    seconds: float
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def load_digit_splits(seed: int = 0) -> dict[str, TensorDataset]:
+    """The UCI digits as ``{"train", "val", "test"}`` datasets of ``(pixels, digit)``.
+
+    Pixels are scaled to [0, 1]. Each digit's samples are shuffled with ``seed`` and cut
+    60/20/20, so every split holds every digit in the same proportions.
+
+    Raises:
+        DemoDependencyError: when scikit-learn is not installed.
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ModuleNotFoundError as error:
+        raise DemoDependencyError(
+            f"The demo reads the UCI digits that ship with scikit-learn, which is not "
+            f"installed. Install it with: {INSTALL_HINT}",
+            name="sklearn",
+        ) from error
+    digits = load_digits()
+    pixels = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+    labels = torch.tensor(digits.target, dtype=torch.long)
+    generator = torch.Generator().manual_seed(seed)
+    parts: dict[str, list[torch.Tensor]] = {"train": [], "val": [], "test": []}
+    for digit in labels.unique():
+        rows = torch.nonzero(labels == digit).flatten()
+        rows = rows[torch.randperm(len(rows), generator=generator)]
+        cut_train, cut_val = round(0.6 * len(rows)), round(0.8 * len(rows))
+        parts["train"].append(rows[:cut_train])
+        parts["val"].append(rows[cut_train:cut_val])
+        parts["test"].append(rows[cut_val:])
+    splits = {}
+    for name, chunks in parts.items():
+        rows = torch.cat(chunks).sort().values
+        splits[name] = TensorDataset(pixels[rows], labels[rows])
+    return splits
+
+
+def supervised_contrastive_loss(
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    indices_tuple: Any = None,
+    temperature: float = 0.1,
+) -> torch.Tensor:
+    """Pull each sample towards the others of its class, away from the rest of the batch.
+
+    For each anchor with at least one positive in the batch: the mean, over its positives,
+    of ``-log softmax`` of the cosine similarities divided by ``temperature`` (the anchor
+    itself left out). ``indices_tuple`` (a miner's output) is not used.
+
+    Example:
+        >>> labels = torch.tensor([0, 0, 1, 1])
+        >>> close = torch.tensor([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0]])
+        >>> far = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.1, 1.0]])
+        >>> bool(supervised_contrastive_loss(close, labels) < supervised_contrastive_loss(far, labels))
+        True
+    """
+    unit = nn.functional.normalize(embeddings, dim=1)
+    itself = torch.eye(len(unit), dtype=torch.bool, device=unit.device)
+    logits = (unit @ unit.T / temperature).masked_fill(itself, float("-inf"))
+    log_probability = logits - logits.logsumexp(dim=1, keepdim=True)
+    positives = (labels[:, None] == labels[None, :]) & ~itself
+    counts = positives.sum(dim=1)
+    per_anchor = -log_probability.masked_fill(~positives, 0.0).sum(dim=1) / counts.clamp(min=1)
+    return per_anchor[counts > 0].mean()
+
+
+def _models(embedding_size: int) -> dict[str, nn.Module]:
+    trunk = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU())
+    return {"trunk": trunk, "embedder": nn.Linear(128, embedding_size)}
+
+
+def _tester(hook: Any = None) -> GlobalEmbeddingSpaceTester:
+    return GlobalEmbeddingSpaceTester(
+        batch_size=512,
+        dataloader_num_workers=0,
+        data_device="cpu",
+        accuracy_calculator=AccuracyCalculator(k="max_bin_count"),
+        end_of_testing_hook=hook,
+        progress_bar=False,
+    )
+
+
+def run_demo(config: DemoConfig) -> DemoResult:
+    """Train, validate, test and choose a threshold; write every file under ``config.output``.
+
+    Returns:
+        The measurements and the paths of the written files.
+    """
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    splits = load_digit_splits(config.seed)
+    output = Path(config.output)
+    prepare_output(output, config.overwrite)
+    files: dict[str, Path] = {}
+    trainer, hooks, tester = _train(config, splits, output, files)
+    best_epoch = hooks.load_best_saved_models(trainer, output / "models") or trainer.epoch
+    models = trainer.models
+    test_table = _only_metrics(
+        _tester().test({"test": splits["test"]}, best_epoch, models["trunk"], models["embedder"])[
+            "test"
+        ]
+    )
+    validation = _accuracies_at(hooks, tester, best_epoch)
+    embeddings = _embed_splits(splits, models, output, files)
+    threshold = _choose_threshold(embeddings, output, files)
+    if config.plots:
+        _draw(hooks, tester, best_epoch, threshold, embeddings, output, files)
+    result = DemoResult(
+        best_epoch=best_epoch,
+        epochs_run=trainer.epoch,
+        validation=validation,
+        test=test_table,
+        threshold=threshold,
+        seconds=time.perf_counter() - started,
+        files=files,
+    )
+    files["results"] = output / "results.json"
+    write_json(files["results"], _as_record(result))
+    return result
+
+
+def prepare_output(folder: Path, overwrite: bool = False) -> None:
+    """Make ``folder`` ready for a run: remove an earlier run's files, mark it as the demo's.
+
+    A previous run's records and checkpoints must go, or the hooks would resume from them.
+    They are removed only from a folder the demo marked as its own, or with ``overwrite``;
+    anything else in the folder is left alone.
+
+    Raises:
+        InvalidArgumentError: ``folder`` holds files with the demo's names but is not a
+            demo folder, and ``overwrite`` is false.
+    """
+    existing = [folder / name for name in _OUTPUT_NAMES if (folder / name).exists()]
+    if existing and not (overwrite or (folder / _MARKER).is_file()):
+        raise InvalidArgumentError(
+            f"'{folder}' already holds '{existing[0].name}', which the demo did not write. "
+            "Choose another --output, or pass --overwrite to replace the demo's files there."
+        )
+    for path in existing:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / _MARKER).write_text(
+        "Written by pml-eval demo; its files here are replaced on each run.\n"
+    )
+
+
+def _train(
+    config: DemoConfig, splits: dict[str, TensorDataset], output: Path, files: dict[str, Path]
+) -> tuple[MetricLossOnly, Any, GlobalEmbeddingSpaceTester]:
+    files["models"], files["logs"] = output / "models", output / "logs"
+    record_keeper, _, _ = logging_presets.get_record_keeper(files["logs"])
+    hooks = logging_presets.get_hook_container(
+        record_keeper, primary_metric=PRIMARY_METRIC, log_freq=1000
+    )
+    tester = _tester(hooks.end_of_testing_hook)
+    validate = hooks.end_of_epoch_hook(tester, {"val": splits["val"]}, files["models"])
+    models = _models(config.embedding_size)
+    with _progress(config.epochs, config.progress) as bar:
+
+        def end_of_epoch(trainer: MetricLossOnly) -> bool:
+            keep_going = validate(trainer)
+            value = _only_metrics(tester.all_accuracies["val"]).get(PRIMARY_METRIC, float("nan"))
+            bar.set_postfix(loss=f"{trainer.losses['total_loss']:.3f}", val_p_at_1=f"{value:.3f}")
+            bar.update(1)
+            return keep_going
+
+        trainer = MetricLossOnly(
+            models=models,
+            optimizers={
+                f"{name}_optimizer": torch.optim.Adam(model.parameters(), lr=2e-3)
+                for name, model in models.items()
+            },
+            batch_size=config.batch_size,
+            loss_funcs={"metric_loss": supervised_contrastive_loss},
+            mining_funcs={},
+            dataset=splits["train"],
+            dataloader_num_workers=0,
+            data_device="cpu",
+            end_of_iteration_hook=hooks.end_of_iteration_hook,
+            end_of_epoch_hook=end_of_epoch,
+        )
+        trainer.train(num_epochs=config.epochs)
+    return trainer, hooks, tester
+
+
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Any]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc="training", unit="epoch", file=sys.stderr, disable=not enabled)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def _only_metrics(accuracies: dict[str, Any]) -> dict[str, float]:
+    """``{"precision_at_1_level0": 0.9, "epoch": 3}`` -> ``{"precision_at_1": 0.9}``."""
+    return {
+        key.removesuffix("_level0"): float(value)
+        for key, value in accuracies.items()
+        if key != "epoch"
+    }
+
+
+def _accuracies_at(hooks: Any, tester: Any, epoch: int) -> dict[str, float]:
+    history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
+    row = history["epoch"].index(epoch)
+    return {
+        key.removesuffix("_level0"): float(values[row])
+        for key, values in history.items()
+        if key != "epoch"
+    }
+
+
+def _embed_splits(
+    splits: dict[str, TensorDataset],
+    models: dict[str, Any],
+    output: Path,
+    files: dict[str, Path],
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Normalized embeddings of the validation and test splits, also saved as ``.npz``."""
+    tester = _tester()
+    embedded = {}
+    for name in ("val", "test"):
+        embeddings, labels = tester.get_all_embeddings(
+            splits[name], models["trunk"], models["embedder"]
+        )
+        embedded[name] = (embeddings, labels[:, 0])
+        files[f"{name}_embeddings"] = output / f"{name}_embeddings.npz"
+        np.savez(
+            files[f"{name}_embeddings"],
+            embeddings=embeddings.numpy(),
+            labels=labels[:, 0].numpy(),
+        )
+    return embedded
+
+
+def _all_pairs(
+    embeddings: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every pair ``i < j``: both rows, their cosine similarity, and whether they match."""
+    first, second = torch.triu_indices(len(labels), len(labels), offset=1)
+    similarity = CosineSimilarity().pairwise(embeddings[first], embeddings[second])
+    return embeddings[first], embeddings[second], similarity, labels[first] == labels[second]
+
+
+def _choose_threshold(
+    embedded: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    output: Path,
+    files: dict[str, Path],
+) -> dict[str, Any]:
+    """F1-best threshold on validation pairs, then its decisions on test pairs."""
+    from ..evaluation import MatchFinder, match_f1, select_threshold
+
+    _, _, val_scores, val_same = _all_pairs(*embedded["val"])
+    first, second, test_scores, test_same = _all_pairs(*embedded["test"])
+    for name, scores, same in (("val", val_scores, val_same), ("test", test_scores, test_same)):
+        files[f"{name}_pairs"] = output / f"{name}_pairs.npz"
+        np.savez(files[f"{name}_pairs"], scores=scores.numpy(), labels=same.numpy())
+    selection = select_threshold(val_scores, val_same, match_f1, is_inverted=True)
+    finder = MatchFinder(CosineSimilarity(), threshold=selection.threshold)
+    decided = finder.is_match(first, second)
+    return {
+        "metric": "f1",
+        "threshold": selection.threshold,
+        "validation_f1": selection.value,
+        "validation_pairs": len(val_same),
+        "test_pairs": len(test_same),
+        "test": _decision_quality(decided, test_same),
+    }
+
+
+def _decision_quality(decided: torch.Tensor, truth: torch.Tensor) -> dict[str, float]:
+    tp = float((decided & truth).sum())
+    fp = float((decided & ~truth).sum())
+    fn = float((~decided & truth).sum())
+    tn = float((~decided & ~truth).sum())
+    true_match_rate, false_match_rate = tp / (tp + fn), fp / (fp + tn)
+    return {
+        "accuracy": (tp + tn) / (tp + fp + fn + tn),
+        "balanced_accuracy": (true_match_rate + 1 - false_match_rate) / 2,
+        "f1": 2 * tp / (2 * tp + fp + fn),
+        "true_match_rate": true_match_rate,
+        "false_match_rate": false_match_rate,
+    }
+
+
+def _draw(
+    hooks: Any,
+    tester: Any,
+    best_epoch: int,
+    threshold: dict[str, Any],
+    embedded: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    output: Path,
+    files: dict[str, Path],
+) -> None:
+    from .. import plots
+
+    files["training_curves"] = plots.plot_training_curves(
+        hooks.get_loss_history(["total_loss"]),
+        hooks.get_accuracy_history(tester, "val", return_all_metrics=True),
+        output / "plots" / "training_curves.png",
+        best_epoch=best_epoch,
+        title="Training on the UCI digits",
+    )
+    _, _, scores, same = _all_pairs(*embedded["val"])
+    files["threshold_plot"] = plots.plot_verification(
+        scores,
+        same,
+        output / "plots" / "threshold.png",
+        is_inverted=True,
+        threshold=threshold["threshold"],
+        title="Validation pairs (cosine similarity)",
+    )
+
+
+def _as_record(result: DemoResult) -> dict[str, Any]:
+    return {
+        "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run,
+        "validation": result.validation,
+        "test": result.test,
+        "threshold": result.threshold,
+        "seconds": round(result.seconds, 2),
+        "files": {name: str(path) for name, path in result.files.items()},
+    }
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand to ``pml-eval``'s subparsers."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="train, validate, test and choose a threshold on the UCI digits",
+        description="Run the library's main job end to end on the UCI handwritten digits "
+        "(bundled with scikit-learn; no network): train a small embedding network with "
+        "validation after each epoch, keep the best model, score the test split, choose a "
+        "verification threshold, and write checkpoints, records and plots.",
+    )
+    parser.add_argument(
+        "--output", default="pml-demo", metavar="DIR", help="folder to write to (default: pml-demo)"
+    )
+    parser.add_argument("--epochs", type=_positive_int, default=None, help="training epochs")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--quick", action="store_true", help="two epochs (a smoke test)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files with the demo's names in DIR even if DIR is not a demo folder",
+    )
+    parser.set_defaults(run=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int. Got {text!r} instead")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo with the command line's settings, print its summary; return 0."""
+    config = DemoConfig(
+        output=Path(args.output),
+        epochs=args.epochs or (2 if args.quick else DemoConfig.epochs),
+        seed=args.seed,
+        plots=not args.no_plots and _can_plot(),
+        overwrite=args.overwrite,
+        progress=sys.stderr.isatty(),
+    )
+    print(f"Training on the UCI digits for {config.epochs} epochs; writing to {config.output}/")
+    result = run_demo(config)
+    print(_summary(result))
+    return 0
+
+
+def _can_plot() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        print(f"pml-eval: note: matplotlib is not installed, so no plots ({INSTALL_HINT}).")
+        return False
+    return True
+
+
+def _summary(result: DemoResult) -> str:
+    test = [[name, value] for name, value in sorted(result.test.items())]
+    threshold, pairs = result.threshold, result.threshold["test"]
+    lines = [
+        "",
+        f"Best validation {PRIMARY_METRIC}: {result.validation[PRIMARY_METRIC]:.4f} "
+        f"at epoch {result.best_epoch} of {result.epochs_run}.",
+        "",
+        "Test split (each test digit searched among the other test digits):",
+        format_table(["metric", "value"], test),
+        "",
+        f"Verification threshold (cosine similarity, best F1 on {threshold['validation_pairs']} "
+        f"validation pairs): {threshold['threshold']:.4f}",
+        f"On {threshold['test_pairs']} test pairs: accuracy {pairs['accuracy']:.4f}, "
+        f"F1 {pairs['f1']:.4f}, true match rate {pairs['true_match_rate']:.4f}, "
+        f"false match rate {pairs['false_match_rate']:.4f}",
+        "",
+        f"Finished in {result.seconds:.1f} s. Files:",
+        *_file_lines(result.files),
+        "",
+        "Score the exported embeddings again from the command line:",
+        f"  pml-eval evaluate {result.files['test_embeddings']} "
+        f"--labels {result.files['test_embeddings']}",
+        f"  pml-eval threshold {result.files['val_pairs']} --labels {result.files['val_pairs']} "
+        "--similarity",
+    ]
+    return "\n".join(lines)
+
+
+def _file_lines(files: dict[str, Path]) -> list[str]:
+    described = {
+        "results": "every number above, as JSON",
+        "models": "checkpoints: the latest epoch and the best one",
+        "logs": "records of losses and validation metrics (CSV files and records.db)",
+        "val_embeddings": "validation embeddings and labels",
+        "test_embeddings": "test embeddings and labels",
+        "val_pairs": "validation pairs: cosine similarities and same-digit labels",
+        "test_pairs": "test pairs",
+        "training_curves": "plot: loss and validation metrics per epoch",
+        "threshold_plot": "plot: F1 against the threshold, ROC and DET curves",
+    }
+    width = max(len(str(path)) for path in files.values())
+    return [
+        f"  {str(files[name]).ljust(width)}  {text}"
+        for name, text in described.items()
+        if name in files
+    ]

@@ -1,0 +1,338 @@
+"""Read embeddings, labels and scores from ``.npy``, ``.npz``, ``.pt`` and ``.csv`` files.
+
+A file that holds several arrays (``.npz``, or a ``.pt`` dict) is read with ``FILE:KEY``;
+without a key, the one array of the file is used, or else the array named after its role
+(``embeddings``, ``labels`` or ``scores``), so ``pml-eval evaluate data.npz --labels
+data.npz`` reads both from one file.
+
+CSV files hold one row per sample, comma-separated. Lines starting with ``#`` are
+comments. A first line of names over lines of numbers is a header and is skipped; a file of
+text labels has no header (write it as a ``#`` comment).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InvalidArgumentError
+
+__all__ = [
+    "SUFFIXES",
+    "InputFileError",
+    "load_array",
+    "load_embeddings",
+    "load_labels",
+    "read_labels",
+    "encode_labels",
+    "load_match_labels",
+    "load_scores",
+]
+
+SUFFIXES = (".npy", ".npz", ".pt", ".pth", ".csv")
+_KEYED_SUFFIXES = (".npz", ".pt", ".pth")
+_TRUE = {"true", "t", "yes", "y", "1", "1.0", "match", "same"}
+_FALSE = {"false", "f", "no", "n", "0", "0.0", "non-match", "different"}
+
+
+class InputFileError(InvalidArgumentError):
+    """An input file is missing, unreadable, or does not hold what its role needs."""
+
+
+def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
+    """Read one array from ``source`` (``FILE`` or ``FILE:KEY``).
+
+    Args:
+        source: The file path, optionally followed by ``:KEY`` for ``.npz`` and ``.pt``.
+        role: What the array is for; it names the default key and appears in errors.
+
+    Raises:
+        InputFileError: for a missing or unreadable file, an unknown suffix or key.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> path = tempfile.mkdtemp() + "/x.npy"
+        >>> np.save(path, np.eye(2))
+        >>> load_array(path).shape
+        (2, 2)
+    """
+    path, key = _split_key(str(source))
+    if path.is_dir():
+        raise InputFileError(f"The {role} file '{path}' is a folder; give the file in it.")
+    if not path.is_file():
+        raise InputFileError(f"The {role} file '{path}' does not exist.")
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise InputFileError(
+            f"The {role} file '{path}' must end with one of {', '.join(SUFFIXES)}. "
+            f"Got '{suffix or path.name}' instead."
+        )
+    if key is not None and suffix not in _KEYED_SUFFIXES:
+        raise InputFileError(f"A ':KEY' can only follow a .npz or .pt file. Got '{source}'.")
+    try:
+        return _READERS[suffix](path, key, role)
+    except InputFileError:
+        raise
+    except Exception as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise InputFileError(f"Cannot read the {role} file '{path}': {reason}") from error
+
+
+def load_embeddings(source: str | Path) -> torch.Tensor:
+    """Read a 2-D array of finite numbers as a tensor ``(rows, dims)``.
+
+    float64 arrays stay float64; CSV text and every other number type become float32.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> path = tempfile.mkdtemp() + "/e.csv"
+        >>> _ = open(path, "w").write("0.5,1\\n2,3\\n")
+        >>> load_embeddings(path).tolist()
+        [[0.5, 1.0], [2.0, 3.0]]
+    """
+    array = load_array(source, "embeddings")
+    name = str(source)
+    if array.ndim != 2:
+        raise InputFileError(
+            f"The embeddings in '{name}' must be a 2-D array (rows, dims). "
+            f"Got shape {tuple(array.shape)} instead."
+        )
+    if array.shape[0] == 0 or array.shape[1] == 0:
+        raise InputFileError(f"The embeddings in '{name}' are empty (shape {array.shape}).")
+    values = _as_float(array, "embeddings", name)
+    if not np.isfinite(values).all():
+        raise InputFileError(f"The embeddings in '{name}' contain NaN or infinite values.")
+    if _split_key(str(source))[0].suffix.lower() == ".csv":
+        values = values.astype(np.float32)
+    return torch.from_numpy(values)
+
+
+def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
+    """Read class labels as a 1-D array of integers or of strings (class names).
+
+    A ``(rows, 1)`` array counts as a vector; integral floats become integers.
+
+    Args:
+        source: ``FILE`` or ``FILE:KEY``.
+        num_rows: If given, the number of labels the embeddings need.
+
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/labels.csv"
+        >>> _ = open(path, "w").write("# label\\ncat\\ndog\\ncat\\n")
+        >>> read_labels(path).tolist()
+        ['cat', 'dog', 'cat']
+    """
+    name = str(source)
+    array = _as_vector(load_array(source, "labels"), "labels", name)
+    _check_length(array, num_rows, "labels", name)
+    if array.dtype.kind in "iub":
+        return array.astype(np.int64)
+    if array.dtype.kind == "f":
+        if not np.isfinite(array).all() or not np.all(array == np.round(array)):
+            raise InputFileError(f"The labels in '{name}' must be integers or names.")
+        return array.astype(np.int64)
+    return array.astype(str)
+
+
+def encode_labels(*arrays: np.ndarray) -> tuple[list[torch.Tensor], list[str] | None]:
+    """Turn label arrays into ``torch.long`` tensors that share one numbering.
+
+    Integer labels are kept as they are (and no names are returned). Otherwise every
+    label is read as a name, and the names of all arrays together are numbered in sorted
+    order, so a class has the same number in the query and in the reference.
+
+    Returns:
+        The tensors, in the order given, and the class names (index = number) or ``None``.
+
+    Example:
+        >>> (query, reference), names = encode_labels(np.array(["b"]), np.array(["a", "b"]))
+        >>> query.tolist(), reference.tolist(), names
+        ([1], [0, 1], ['a', 'b'])
+    """
+    if all(array.dtype.kind in "iu" for array in arrays):
+        return [torch.from_numpy(array.astype(np.int64)) for array in arrays], None
+    text = [array.astype(str) for array in arrays]
+    names, numbered = np.unique(np.concatenate(text), return_inverse=True)
+    bounds = np.cumsum([0] + [len(array) for array in text])
+    tensors = [
+        torch.from_numpy(numbered.reshape(-1)[start:stop].astype(np.int64))
+        for start, stop in zip(bounds[:-1], bounds[1:])
+    ]
+    return tensors, [str(name) for name in names]
+
+
+def load_labels(source: str | Path, num_rows: int | None = None) -> torch.Tensor:
+    """Read class labels as a ``torch.long`` vector (names numbered in sorted order).
+
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/labels.csv"
+        >>> _ = open(path, "w").write("# label\\ncat\\ndog\\ncat\\n")
+        >>> load_labels(path).tolist()
+        [0, 1, 0]
+    """
+    return encode_labels(read_labels(source, num_rows))[0][0]
+
+
+def load_scores(source: str | Path) -> torch.Tensor:
+    """Read a vector of finite scores (distances or similarities) as float64.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> path = tempfile.mkdtemp() + "/s.npy"
+        >>> np.save(path, np.array([0.25, 0.5]))
+        >>> load_scores(path).tolist()
+        [0.25, 0.5]
+    """
+    name = str(source)
+    array = _as_vector(load_array(source, "scores"), "scores", name)
+    values = _as_float(array, "scores", name).astype(np.float64)
+    if not np.isfinite(values).all():
+        raise InputFileError(f"The scores in '{name}' contain NaN or infinite values.")
+    return torch.from_numpy(values)
+
+
+def load_match_labels(source: str | Path, num_rows: int) -> torch.Tensor:
+    """Read one boolean per pair: 1/0, true/false, yes/no, match/non-match.
+
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/same.csv"
+        >>> _ = open(path, "w").write("true\\nfalse\\n1\\n")
+        >>> load_match_labels(path, 3).tolist()
+        [True, False, True]
+    """
+    name = str(source)
+    array = _as_vector(load_array(source, "labels"), "labels", name)
+    _check_length(array, num_rows, "labels", name)
+    if array.dtype.kind == "b":
+        return torch.from_numpy(array.copy())
+    text = np.char.lower(np.char.strip(array.astype(str)))
+    unknown = sorted(set(text.tolist()) - _TRUE - _FALSE)
+    if unknown:
+        raise InputFileError(
+            f"The labels in '{name}' must say whether each pair matches (1/0 or true/false). "
+            f"Got {unknown[:3]!r} instead."
+        )
+    return torch.from_numpy(np.isin(text, list(_TRUE)))
+
+
+def _split_key(source: str) -> tuple[Path, str | None]:
+    head, sep, tail = source.rpartition(":")
+    if sep and tail and Path(head).suffix.lower() in _KEYED_SUFFIXES:
+        return Path(head), tail
+    return Path(source), None
+
+
+def _read_npy(path: Path, key: str | None, role: str) -> np.ndarray:
+    return np.load(path, allow_pickle=False)
+
+
+def _read_npz(path: Path, key: str | None, role: str) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as archive:
+        return _pick(dict(archive.items()), path, key, role)
+
+
+def _read_pt(path: Path, key: str | None, role: str) -> np.ndarray:
+    content = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(content, dict):
+        content = _pick(content, path, key, role)
+    elif key is not None:
+        raise InputFileError(f"'{path}' holds one tensor, not a dict; drop ':{key}'.")
+    if isinstance(content, torch.Tensor):
+        return content.detach().cpu().numpy()
+    if isinstance(content, (list, tuple)):
+        return np.asarray(content)
+    raise InputFileError(
+        f"The {role} file '{path}' must hold a tensor or a dict of tensors. "
+        f"Got {type(content).__name__} instead."
+    )
+
+
+def _pick(arrays: dict[str, Any], path: Path, key: str | None, role: str) -> Any:
+    if key is not None:
+        if key not in arrays:
+            raise InputFileError(f"'{path}' has no array '{key}'. It has: {sorted(arrays)}.")
+        return arrays[key]
+    if len(arrays) == 1:
+        return next(iter(arrays.values()))
+    if role in arrays:
+        return arrays[role]
+    raise InputFileError(
+        f"'{path}' holds several arrays {sorted(map(str, arrays))}; choose one with '{path}:KEY'."
+    )
+
+
+def _read_csv(path: Path, key: str | None, role: str) -> np.ndarray:
+    with path.open(newline="", encoding="utf-8") as handle:
+        lines = [line for line in handle if not line.lstrip().startswith("#")]
+    rows = [row for row in csv.reader(lines) if row and any(cell.strip() for cell in row)]
+    if len(rows) > 1 and not _all_numbers(rows[0]) and _all_numbers(rows[1]):
+        rows = rows[1:]  # a header line
+    widths = {len(row) for row in rows}
+    if len(widths) > 1:
+        raise InputFileError(
+            f"The rows of '{path}' have different numbers of columns: {sorted(widths)}."
+        )
+    cells = [[cell.strip() for cell in row] for row in rows]
+    if all(_is_number(cell) for row in cells for cell in row):
+        array = np.array(cells, dtype=np.float64).reshape(len(cells), -1)
+        if np.all(array == np.round(array)) and not any("." in c for r in cells for c in r):
+            array = array.astype(np.int64)
+        return array
+    return np.array(cells, dtype=str).reshape(len(cells), -1)
+
+
+def _all_numbers(cells: list[str]) -> bool:
+    return all(_is_number(cell) for cell in cells)
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+_READERS = {
+    ".npy": _read_npy,
+    ".npz": _read_npz,
+    ".pt": _read_pt,
+    ".pth": _read_pt,
+    ".csv": _read_csv,
+}
+
+
+def _as_vector(array: np.ndarray, role: str, name: str) -> np.ndarray:
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise InputFileError(
+            f"The {role} in '{name}' must be a 1-D array (one per row). "
+            f"Got shape {tuple(array.shape)} instead."
+        )
+    if len(array) == 0:
+        raise InputFileError(f"The {role} in '{name}' are empty.")
+    return array
+
+
+def _as_float(array: np.ndarray, role: str, name: str) -> np.ndarray:
+    if array.dtype.kind not in "iuf":
+        raise InputFileError(
+            f"The {role} in '{name}' must be numbers. Got values of type {array.dtype} instead."
+        )
+    return array.astype(np.float64 if array.dtype == np.float64 else np.float32, copy=False)
+
+
+def _check_length(array: np.ndarray, num_rows: int | None, role: str, name: str) -> None:
+    if num_rows is not None and len(array) != num_rows:
+        raise InputFileError(
+            f"The {role} in '{name}' have {len(array)} rows but the data they label has "
+            f"{num_rows}; they must have the same length."
+        )

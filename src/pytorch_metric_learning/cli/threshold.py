@@ -1,0 +1,186 @@
+"""``pml-eval threshold``: choose a verification threshold from scored, labelled pairs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import torch
+
+from ..evaluation import (
+    equal_error_rate,
+    match_accuracy,
+    match_balanced_accuracy,
+    match_f1,
+    recall_at_false_match_rate,
+    select_threshold,
+)
+from ..evaluation.thresholds import Metric
+from ._output import format_table, write_json
+from ._versions import environment_versions
+from .loaders import load_match_labels, load_scores
+
+__all__ = ["parse_metric", "add_parser", "run"]
+
+_METRICS: dict[str, Metric] = {
+    "f1": match_f1,
+    "accuracy": match_accuracy,
+    "balanced_accuracy": match_balanced_accuracy,
+}
+_TAR_AT_FAR = "tar@far="
+
+
+def parse_metric(text: str) -> tuple[str, Metric]:
+    """``f1``, ``accuracy``, ``balanced_accuracy`` or ``tar@far=RATE`` -> (name, metric).
+
+    ``RATE`` is a fraction (``0.01``) or a percentage (``1%``).
+
+    Example:
+        >>> parse_metric("tar@far=1%")
+        ('tar@far=0.01', recall_at_false_match_rate(0.01))
+    """
+    name = text.strip().lower()
+    if name in _METRICS:
+        return name, _METRICS[name]
+    if name.startswith(_TAR_AT_FAR):
+        rate = _rate(name[len(_TAR_AT_FAR) :])
+        if rate is not None:
+            return f"{_TAR_AT_FAR}{rate:g}", recall_at_false_match_rate(rate)
+    raise argparse.ArgumentTypeError(
+        f"must be f1, accuracy, balanced_accuracy or tar@far=RATE with RATE between 0 and 1 "
+        f"(or 0% and 100%). Got {text!r} instead"
+    )
+
+
+def _rate(text: str) -> float | None:
+    percent = text.endswith("%")
+    try:
+        rate = float(text[:-1] if percent else text) / (100 if percent else 1)
+    except ValueError:
+        return None
+    return rate if 0 <= rate <= 1 else None
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``threshold`` subcommand to ``pml-eval``'s subparsers."""
+    parser = subparsers.add_parser(
+        "threshold",
+        help="choose a verification threshold from scored pairs",
+        description="Choose the match threshold that maximizes a metric on labelled pairs. "
+        "SCORES holds one distance per pair (smaller = more alike), or one similarity with "
+        "--similarity; --labels says which pairs should match.",
+    )
+    parser.add_argument(
+        "scores", metavar="SCORES", help="one score per pair (.npy, .npz, .pt, .csv)"
+    )
+    parser.add_argument(
+        "--labels", required=True, metavar="FILE", help="per pair: 1/true if it should match"
+    )
+    parser.add_argument(
+        "--metric",
+        type=parse_metric,
+        default=("f1", match_f1),
+        metavar="METRIC",
+        help="f1 (default), accuracy, balanced_accuracy, or tar@far=RATE (the highest true "
+        "match rate at a false match rate of at most RATE)",
+    )
+    parser.add_argument(
+        "--similarity", action="store_true", help="scores are similarities (larger = more alike)"
+    )
+    parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
+    parser.add_argument(
+        "--plot", metavar="FILE.png", help="draw the metric against the threshold, ROC and DET"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Choose the threshold, print and/or write it, draw the plot if asked; return 0."""
+    scores = load_scores(args.scores)
+    labels = load_match_labels(args.labels, num_rows=len(scores))
+    name, metric = args.metric
+    selection = select_threshold(scores, labels, metric, is_inverted=args.similarity)
+    record = {
+        "threshold": selection.threshold,
+        "value": selection.value,
+        "metric": name,
+        "is_inverted": bool(args.similarity),
+        "num_pairs": len(scores),
+        "num_matching": int(labels.sum()),
+        "at_threshold": _rates_at(scores, labels, selection.threshold, args.similarity),
+        "equal_error_rate": equal_error_rate(scores, labels, is_inverted=args.similarity),
+        "scores": args.scores,
+        "labels": args.labels,
+        "versions": environment_versions(),
+        "command": ["pml-eval", *getattr(args, "argv", [])],
+    }
+    if args.output != "-":
+        print(_render(record))
+    if args.output:
+        write_json(args.output, record)
+    if args.plot:
+        _plot(args, scores, labels, metric, name, selection.threshold)
+    return 0
+
+
+def _rates_at(
+    scores: torch.Tensor, labels: torch.Tensor, threshold: float, is_inverted: bool
+) -> dict[str, float]:
+    """The decisions at ``threshold`` (the MatchFinder rule), summarized."""
+    decided = scores >= threshold if is_inverted else scores <= threshold
+    tp = int((decided & labels).sum())
+    fp = int((decided & ~labels).sum())
+    fn = int((~decided & labels).sum())
+    tn = int((~decided & ~labels).sum())
+    return {
+        "true_positives": tp,
+        "false_positives": fp,
+        "true_negatives": tn,
+        "false_negatives": fn,
+        "true_match_rate": tp / (tp + fn),
+        "false_match_rate": fp / (fp + tn),
+        "accuracy": (tp + tn) / len(scores),
+    }
+
+
+def _render(record: dict[str, Any]) -> str:
+    kind = "similarities" if record["is_inverted"] else "distances"
+    rule = ">=" if record["is_inverted"] else "<="
+    rates = record["at_threshold"]
+    rows = [
+        ["threshold", record["threshold"]],
+        [record["metric"], record["value"]],
+        ["true match rate", rates["true_match_rate"]],
+        ["false match rate", rates["false_match_rate"]],
+        ["accuracy", rates["accuracy"]],
+        ["equal error rate", record["equal_error_rate"]],
+    ]
+    header = (
+        f"{record['scores']}: {record['num_pairs']} pairs ({record['num_matching']} should "
+        f"match) scored by {kind}; a pair matches when its score is {rule} the threshold.\n"
+    )
+    return header + "\n" + format_table(["", "value"], rows)
+
+
+def _plot(
+    args: argparse.Namespace,
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    metric: Metric,
+    name: str,
+    threshold: float,
+) -> None:
+    from ..plots import plot_verification
+
+    path = plot_verification(
+        scores,
+        labels,
+        args.plot,
+        is_inverted=args.similarity,
+        metric=metric,
+        metric_name=name,
+        threshold=threshold,
+        title=str(args.scores),
+    )
+    print(f"\nPlot written to {path}", file=sys.stderr if args.output == "-" else sys.stdout)

@@ -1,0 +1,371 @@
+"""PNG plots of training runs and verification thresholds (the ``plots`` extra).
+
+matplotlib is imported only when a plot is drawn, and figures are rendered with its Agg
+canvas directly, so plotting needs no display and never changes the pyplot backend of the
+calling program (a notebook keeps its own).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
+
+import torch
+
+from .errors import PMLError
+from .evaluation.thresholds import Metric, match_f1
+from .evaluation.verification import ThresholdCurve, threshold_curve
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "PlotsNotInstalledError",
+    "plot_training_curves",
+    "plot_threshold_curve",
+    "plot_roc",
+    "plot_det",
+    "plot_verification",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+INSTALL_HINT = 'pip install "pytorch-metric-learning[plots]"'
+
+
+class PlotsNotInstalledError(PMLError, ModuleNotFoundError):
+    """matplotlib, which every plot needs, is not installed."""
+
+
+def plot_training_curves(
+    loss_history: Mapping[str, Sequence[float]],
+    accuracy_history: Mapping[str, Sequence[float]],
+    path: PathLike,
+    *,
+    best_epoch: int | None = None,
+    title: str = "Training",
+) -> Path:
+    """Draw losses per iteration beside validation metrics per epoch, and save a PNG.
+
+    Args:
+        loss_history: ``{"iteration": [...], <loss name>: [...], ...}``, as returned by
+            ``HookContainer.get_loss_history()``.
+        accuracy_history: ``{"epoch": [...], <metric key>: [...], ...}``, as returned by
+            ``HookContainer.get_accuracy_history(tester, "val", return_all_metrics=True)``.
+        path: The PNG file to write (parent folders are created).
+        best_epoch: If given, marked with a vertical line on the metrics panel.
+        title: The figure's title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> out = plot_training_curves(
+        ...     {"iteration": [0, 1, 2], "total_loss": [2.0, 1.5, 1.2]},
+        ...     {"epoch": [1, 2], "precision_at_1_level0": [0.8, 0.9]},
+        ...     tempfile.mkdtemp() + "/curves.png",
+        ...     best_epoch=2,
+        ... )
+        >>> out.stat().st_size > 0
+        True
+    """
+    figure = _new_figure(10.0, 4.0)
+    loss_axes, metric_axes = figure.subplots(1, 2)
+    _draw_series(loss_axes, loss_history, "iteration", "loss")
+    _draw_series(metric_axes, accuracy_history, "epoch", "validation metric")
+    if best_epoch is not None:
+        metric_axes.axvline(
+            best_epoch, color="0.5", linestyle="--", label=f"best (epoch {best_epoch})"
+        )
+        metric_axes.legend(loc="lower right", fontsize="small")
+    figure.suptitle(title)
+    return _save(figure, path)
+
+
+def plot_threshold_curve(
+    scores: Any,
+    labels: Any,
+    path: PathLike,
+    *,
+    is_inverted: bool,
+    metric: Metric = match_f1,
+    metric_name: str | None = None,
+    threshold: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw a metric against every candidate threshold of the pairs, and save a PNG.
+
+    Args:
+        scores: One distance or similarity per pair (as for ``select_threshold``).
+        labels: True where the pair should match.
+        path: The PNG file to write (parent folders are created).
+        is_inverted: True when larger scores mean more alike (similarities).
+        metric: A threshold metric such as ``match_f1`` (the default).
+        metric_name: The axis label; default: derived from ``metric``.
+        threshold: If given, marked with a vertical line (a chosen threshold, say).
+        title: The figure's title.
+
+    Example:
+        >>> import tempfile, torch
+        >>> scores = torch.tensor([0.9, 0.8, 0.4, 0.3])
+        >>> same = torch.tensor([True, True, False, True])
+        >>> out = plot_threshold_curve(
+        ...     scores, same, tempfile.mkdtemp() + "/f1.png", is_inverted=True, threshold=0.6
+        ... )
+        >>> out.stat().st_size > 0
+        True
+    """
+    curve = threshold_curve(scores, labels, is_inverted=is_inverted)
+    figure = _new_figure(5.5, 4.0)
+    _draw_metric(figure.subplots(), curve, metric, metric_name or _metric_name(metric), threshold)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def plot_roc(
+    scores: Any,
+    labels: Any,
+    path: PathLike,
+    *,
+    is_inverted: bool,
+    threshold: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw the ROC curve (true match rate against false match rate), and save a PNG.
+
+    The false match rate axis is logarithmic, where verification systems operate; the
+    operating point of ``threshold``, if given, is marked.
+
+    Example:
+        >>> import tempfile, torch
+        >>> scores = torch.tensor([0.1, 0.2, 0.7, 0.4])
+        >>> same = torch.tensor([True, True, False, False])
+        >>> plot_roc(scores, same, tempfile.mkdtemp() + "/roc.png", is_inverted=False).exists()
+        True
+    """
+    curve = threshold_curve(scores, labels, is_inverted=is_inverted)
+    point = _operating_point(scores, labels, is_inverted, threshold)
+    figure = _new_figure(5.5, 4.0)
+    _draw_roc(figure.subplots(), _rates(curve), point)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def plot_det(
+    scores: Any,
+    labels: Any,
+    path: PathLike,
+    *,
+    is_inverted: bool,
+    threshold: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw the DET curve (false non-match rate against false match rate), and save a PNG.
+
+    Both axes use the normal deviate scale, on which the errors of two normally
+    distributed score populations form a straight line.
+
+    Example:
+        >>> import tempfile, torch
+        >>> scores = torch.tensor([0.1, 0.2, 0.7, 0.4])
+        >>> same = torch.tensor([True, True, False, False])
+        >>> plot_det(scores, same, tempfile.mkdtemp() + "/det.png", is_inverted=False).exists()
+        True
+    """
+    curve = threshold_curve(scores, labels, is_inverted=is_inverted)
+    point = _operating_point(scores, labels, is_inverted, threshold)
+    figure = _new_figure(5.5, 4.0)
+    _draw_det(figure.subplots(), _rates(curve), point)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def plot_verification(
+    scores: Any,
+    labels: Any,
+    path: PathLike,
+    *,
+    is_inverted: bool,
+    metric: Metric = match_f1,
+    metric_name: str | None = None,
+    threshold: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """The three views of a verification threshold side by side: metric, ROC and DET.
+
+    Takes the arguments of :func:`plot_threshold_curve`.
+
+    Example:
+        >>> import tempfile, torch
+        >>> scores = torch.tensor([0.9, 0.8, 0.4, 0.3, 0.2])
+        >>> same = torch.tensor([True, True, False, True, False])
+        >>> out = plot_verification(
+        ...     scores, same, tempfile.mkdtemp() + "/all.png", is_inverted=True, threshold=0.35
+        ... )
+        >>> out.read_bytes()[:4] == b"\\x89PNG"
+        True
+    """
+    curve = threshold_curve(scores, labels, is_inverted=is_inverted)
+    point = _operating_point(scores, labels, is_inverted, threshold)
+    figure = _new_figure(15.0, 4.2)
+    metric_axes, roc_axes, det_axes = figure.subplots(1, 3)
+    _draw_metric(metric_axes, curve, metric, metric_name or _metric_name(metric), threshold)
+    _draw_roc(roc_axes, _rates(curve), point)
+    _draw_det(det_axes, _rates(curve), point)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+class _Rates(NamedTuple):
+    false_match: torch.Tensor
+    true_match: torch.Tensor
+    positives: int
+    negatives: int
+
+
+def _rates(curve: ThresholdCurve) -> _Rates:
+    tp, fp, tn, fn = curve.counts
+    positives, negatives = int(tp[-1] + fn[-1]), int(fp[-1] + tn[-1])
+    return _Rates(fp / max(negatives, 1), tp / max(positives, 1), positives, negatives)
+
+
+def _operating_point(
+    scores: Any, labels: Any, is_inverted: bool, threshold: float | None
+) -> tuple[float, float] | None:
+    """``(false match rate, true match rate)`` of the decisions at ``threshold``."""
+    if threshold is None:
+        return None
+    scores = torch.as_tensor(scores, dtype=torch.float64).flatten()
+    labels = torch.as_tensor(labels, dtype=torch.bool).flatten()
+    decided = scores >= threshold if is_inverted else scores <= threshold
+    negatives, positives = int((~labels).sum()), int(labels.sum())
+    false_match = float((decided & ~labels).sum()) / max(negatives, 1)
+    return false_match, float((decided & labels).sum()) / max(positives, 1)
+
+
+def _metric_name(metric: Metric) -> str:
+    known = {"match_f1": "F1", "match_accuracy": "accuracy"}
+    known["match_balanced_accuracy"] = "balanced accuracy"
+    name = getattr(metric, "__name__", None)
+    return known.get(name, name) if name else repr(metric)
+
+
+def _draw_metric(
+    axes: Axes, curve: ThresholdCurve, metric: Metric, name: str, threshold: float | None
+) -> None:
+    values = metric(curve.counts)
+    finite = torch.isfinite(curve.thresholds)
+    axes.plot(curve.thresholds[finite].tolist(), values[finite].tolist(), linewidth=1.2)
+    if threshold is not None and abs(threshold) != float("inf"):
+        axes.axvline(threshold, color="C3", linestyle="--", label=f"threshold {threshold:.4g}")
+        axes.legend(loc="best", fontsize="small")
+    axes.set_xlabel("threshold")
+    axes.set_ylabel(name)
+    axes.set_title(f"{name} against the threshold")
+    axes.grid(alpha=0.3)
+
+
+def _draw_roc(axes: Axes, rates: _Rates, point: tuple[float, float] | None) -> None:
+    axes.plot(rates.false_match.tolist(), rates.true_match.tolist(), linewidth=1.2)
+    if rates.negatives > 0 and bool((rates.false_match > 0).any()):
+        axes.set_xscale("log")
+        axes.set_xlim(0.5 / rates.negatives, 1.0)
+    if point is not None and point[0] > 0:
+        axes.plot(*point, "o", color="C3", label="threshold")
+        axes.legend(loc="lower right", fontsize="small")
+    axes.set_xlabel("false match rate")
+    axes.set_ylabel("true match rate")
+    axes.set_title("ROC")
+    axes.grid(alpha=0.3, which="both")
+
+
+_DET_TICKS = (0.001, 0.01, 0.05, 0.2, 0.5, 0.8, 0.95)
+
+
+def _draw_det(axes: Axes, rates: _Rates, point: tuple[float, float] | None) -> None:
+    smallest = 0.5 / max(rates.positives, rates.negatives, 2)
+
+    def deviate(rate: Any) -> torch.Tensor:
+        rate = torch.as_tensor(rate, dtype=torch.float64).clamp(smallest, 1 - smallest)
+        return torch.special.ndtri(rate)
+
+    false_non_match = 1 - rates.true_match
+    inside = (rates.false_match > 0) & (rates.false_match < 1)
+    inside &= (false_non_match > 0) & (false_non_match < 1)
+    axes.plot(
+        deviate(rates.false_match[inside]).tolist(),
+        deviate(false_non_match[inside]).tolist(),
+        linewidth=1.2,
+    )
+    if point is not None:
+        axes.plot(float(deviate(point[0])), float(deviate(1 - point[1])), "o", color="C3")
+    ticks = [tick for tick in _DET_TICKS if tick >= smallest]
+    positions = deviate(ticks).tolist()
+    labels = [f"{100 * tick:g}%" for tick in ticks]
+    axes.set_xticks(positions, labels)
+    axes.set_yticks(positions, labels)
+    axes.set_xlabel("false match rate")
+    axes.set_ylabel("false non-match rate")
+    axes.set_title("DET")
+    axes.grid(alpha=0.3)
+
+
+def _draw_series(
+    axes: Axes, history: Mapping[str, Sequence[float]], x_key: str, y_label: str
+) -> None:
+    x = list(history.get(x_key, []))
+    for name, values in history.items():
+        if name != x_key:
+            axes.plot(
+                x,
+                list(values),
+                marker="o" if len(x) < 40 else None,
+                markersize=3,
+                label=_short(name),
+            )
+    axes.set_xlabel(x_key)
+    axes.set_ylabel(y_label)
+    axes.xaxis.set_major_locator(_integer_locator())
+    axes.grid(alpha=0.3)
+    if len(history) > 1:
+        axes.legend(loc="best", fontsize="small")
+
+
+def _short(key: str) -> str:
+    """``precision_at_1_level0`` -> ``precision_at_1`` (single-level keys only)."""
+    return key[: -len("_level0")] if key.endswith("_level0") else key
+
+
+def _integer_locator() -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    """A figure on its own Agg canvas: headless, and independent of ``pyplot``."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError as error:
+        raise PlotsNotInstalledError(
+            f"Plots need matplotlib, which is not installed. Install it with: {INSTALL_HINT}",
+            name="matplotlib",
+        ) from error
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure: Figure, path: PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png", dpi=120)
+    return path

@@ -1,0 +1,8 @@
+"""Trainers: a small training loop that calls the hooks of ``utils.logging_presets``."""
+
+from __future__ import annotations
+
+from .base_trainer import BaseTrainer
+from .metric_loss_only import MetricLossOnly
+
+__all__ = ["BaseTrainer", "MetricLossOnly"]

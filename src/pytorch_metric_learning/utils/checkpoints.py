@@ -1,0 +1,273 @@
+"""Save and load model checkpoints so that a crash never leaves a half-written file behind.
+
+A checkpoint of the object called ``name`` (a model, an optimizer, a scheduler: anything with
+``state_dict``/``load_state_dict``) is the file ``<name>_<suffix>.pth`` in a model folder. Files
+are written to a temporary file in the same folder and then renamed over the target with
+:func:`os.replace`, which is atomic on POSIX and Windows: a reader sees the old file or the
+new one, never a mix. Loading uses ``torch.load(weights_only=True)``, so a checkpoint cannot
+run code, and strips the ``module.`` prefix that ``DataParallel`` and
+``DistributedDataParallel`` add to parameter names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+from .._validation import invalid
+from ..errors import InvalidTypeError
+
+__all__ = [
+    "checkpoint_path",
+    "save_state_dict",
+    "load_state_dict",
+    "strip_module_prefix",
+    "unwrap_model",
+    "save_checkpoints",
+    "load_checkpoints",
+    "delete_checkpoints",
+    "saved_epochs",
+    "saved_suffixes",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+_SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_\-]+")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def _check_name(name: Any, param: str = "name", pattern: re.Pattern[str] = _NAME_PATTERN) -> str:
+    if not isinstance(name, str):
+        raise invalid(param, "checkpoint_path", "a str", name, InvalidTypeError)
+    if not pattern.fullmatch(name) or ".." in name:
+        raise invalid(
+            param,
+            "checkpoint_path",
+            "made of letters, digits, '_', '-' (and '.' inside a name), so that the file "
+            "stays inside the model folder",
+            name,
+        )
+    return name
+
+
+def checkpoint_path(folder: PathLike, name: str, suffix: str | int) -> Path:
+    """Return ``<folder>/<name>_<suffix>.pth``, refusing names that could leave ``folder``.
+
+    Args:
+        folder: the model folder.
+        name: the object's name, e.g. ``"trunk"`` or ``"trunk_optimizer"``.
+        suffix: an epoch (``3``) or a tag such as ``"best3"``.
+
+    Raises:
+        InvalidArgumentError: ``name`` or ``suffix`` holds a path separator, ``..``, or
+            another character that is not a letter, digit, ``_``, ``-`` or ``.``.
+
+    Example:
+        >>> checkpoint_path("saved_models", "trunk", "best3").as_posix()
+        'saved_models/trunk_best3.pth'
+    """
+    _check_name(name)
+    _check_name(str(suffix), "suffix", _SUFFIX_PATTERN)
+    return Path(folder) / f"{name}_{suffix}.pth"
+
+
+def unwrap_model(obj: Any) -> Any:
+    """Return the module inside ``DataParallel``/``DistributedDataParallel``, else ``obj``.
+
+    Example:
+        >>> layer = torch.nn.Linear(2, 2)
+        >>> unwrap_model(torch.nn.DataParallel(layer)) is layer
+        True
+    """
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    while isinstance(obj, wrappers):
+        obj = obj.module
+    return obj
+
+
+def strip_module_prefix(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop the ``module.`` (or ``torch.compile``'s ``_orig_mod.``) prefix of every key.
+
+    A prefix is removed only when every key carries it, so a model that merely has a
+    submodule called ``module`` keeps its names.
+
+    Example:
+        >>> strip_module_prefix({"module.weight": 1, "module.bias": 2})
+        {'weight': 1, 'bias': 2}
+        >>> strip_module_prefix({"module.weight": 1, "bias": 2})
+        {'module.weight': 1, 'bias': 2}
+    """
+    out = dict(state_dict)
+    changed = True
+    while changed and out:
+        changed = False
+        for prefix in _WRAPPER_PREFIXES:
+            if all(isinstance(k, str) and k.startswith(prefix) for k in out):
+                out = {k[len(prefix) :]: v for k, v in out.items()}
+                changed = True
+    return out
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable; best effort (not every platform can open a folder)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def save_state_dict(state: Mapping[str, Any], path: PathLike) -> None:
+    """Write ``state`` to ``path`` atomically: a temporary file, fsync, then ``os.replace``.
+
+    If anything fails (disk full, the process is interrupted by an exception) the temporary
+    file is removed and whatever was at ``path`` before is left untouched.
+
+    Example:
+        >>> import tempfile, os
+        >>> folder = tempfile.mkdtemp()
+        >>> save_state_dict({"w": torch.ones(2)}, os.path.join(folder, "m_1.pth"))
+        >>> sorted(os.listdir(folder))
+        ['m_1.pth']
+    """
+    path = Path(path)
+    _write_atomically(state, path)
+    _fsync_folder(path.parent)
+
+
+def _write_atomically(state: Mapping[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(dict(state), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+
+
+def load_state_dict(path: PathLike, map_location: Any = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with ``torch.load(weights_only=True)`` and strip wrapper prefixes.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "m_1.pth")
+        >>> torch.save({"module.w": torch.zeros(1)}, path)
+        >>> load_state_dict(path)
+        {'w': tensor([0.])}
+    """
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(state, Mapping):
+        raise invalid("path", "load_state_dict", "a file holding a state dict", str(path))
+    return strip_module_prefix(state)
+
+
+def _saveable(objects: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: unwrap_model(v) for k, v in objects.items() if hasattr(v, "state_dict")}
+
+
+def save_checkpoints(objects: Mapping[str, Any], folder: PathLike, suffix: str | int) -> None:
+    """Save each object's ``state_dict`` as ``<name>_<suffix>.pth`` in ``folder``.
+
+    Objects without ``state_dict`` (plain functions used as losses, say) are skipped.
+
+    Example:
+        >>> import tempfile, os
+        >>> folder = tempfile.mkdtemp()
+        >>> save_checkpoints({"trunk": torch.nn.Linear(2, 2)}, folder, 1)
+        >>> os.listdir(folder)
+        ['trunk_1.pth']
+    """
+    for name, obj in _saveable(objects).items():
+        _write_atomically(obj.state_dict(), checkpoint_path(folder, name, suffix))
+    _fsync_folder(Path(folder))
+
+
+def load_checkpoints(
+    objects: Mapping[str, Any], folder: PathLike, suffix: str | int, map_location: Any = "cpu"
+) -> None:
+    """Load ``<name>_<suffix>.pth`` from ``folder`` into each object, in place.
+
+    A wrapped model (``DataParallel``/``DDP``) is loaded through its inner module, so
+    checkpoints of wrapped and plain models are interchangeable.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        >>> save_checkpoints({"trunk": torch.nn.DataParallel(source)}, folder, 1)
+        >>> load_checkpoints({"trunk": target}, folder, 1)
+        >>> bool(torch.equal(source.weight, target.weight))
+        True
+    """
+    for name, obj in _saveable(objects).items():
+        obj.load_state_dict(load_state_dict(checkpoint_path(folder, name, suffix), map_location))
+        logger.info("Loaded %s", checkpoint_path(folder, name, suffix))
+
+
+def delete_checkpoints(names: Iterable[str], folder: PathLike, suffix: str | int) -> None:
+    """Remove ``<name>_<suffix>.pth`` for each name; files that are already gone are fine.
+
+    Example:
+        >>> import tempfile, os
+        >>> folder = tempfile.mkdtemp()
+        >>> save_checkpoints({"trunk": torch.nn.Linear(2, 2)}, folder, 1)
+        >>> delete_checkpoints(["trunk"], folder, 1)
+        >>> os.listdir(folder)
+        []
+    """
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            checkpoint_path(folder, name, suffix).unlink()
+
+
+def saved_epochs(folder: PathLike, name: str, tag: str = "") -> list[int]:
+    """Epochs ``E`` for which ``<name>_<tag><E>.pth`` exists in ``folder``, ascending.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> save_checkpoints({"trunk": torch.nn.Linear(2, 2)}, folder, 3)
+        >>> saved_epochs(folder, "trunk"), saved_epochs(folder, "trunk", tag="best")
+        ([3], [])
+    """
+    _check_name(name)
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    pattern = re.compile(re.escape(f"{name}_{tag}") + r"(\d+)\.pth")
+    matches = (pattern.fullmatch(p.name) for p in folder.iterdir())
+    return sorted({int(m.group(1)) for m in matches if m})
+
+
+def saved_suffixes(folder: PathLike, names: Iterable[str], tag: str = "") -> list[int]:
+    """Epochs ``E`` for which ``<name>_<tag><E>.pth`` exists for *every* name, ascending.
+
+    Requiring every name makes a save interrupted half-way (the trunk written, the
+    embedder not) invisible: only complete sets count.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> save_checkpoints({"trunk": torch.nn.Linear(2, 2)}, folder, "best4")
+        >>> saved_suffixes(folder, ["trunk"], tag="best")
+        [4]
+    """
+    sets = [set(saved_epochs(folder, name, tag)) for name in names]
+    return sorted(set.intersection(*sets)) if sets else []

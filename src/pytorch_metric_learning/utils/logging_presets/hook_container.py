@@ -1,0 +1,480 @@
+"""Hooks that close the training loop: validate, record, keep the best model, stop early."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Union
+
+from ..._validation import check_positive_int, invalid
+from ...errors import InvalidArgumentError, InvalidTypeError
+from ..checkpoints import (
+    delete_checkpoints,
+    load_checkpoints,
+    save_checkpoints,
+    saved_epochs,
+    saved_suffixes,
+    unwrap_model,
+)
+from ..record_keeping import RecordKeeper
+from .metric_keys import is_better, numeric_accuracies, resolve_metric_key
+
+__all__ = ["HookContainer"]
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+Best = tuple[int, float]
+_OWNER = "HookContainer"
+
+
+def _check_patience(patience: Any) -> int | None:
+    if patience is None:
+        return None
+    if isinstance(patience, bool) or not isinstance(patience, int):
+        raise invalid(
+            "patience", "end_of_epoch_hook", "None or an int >= 0", patience, InvalidTypeError
+        )
+    if patience < 0:
+        raise invalid("patience", "end_of_epoch_hook", "None or an int >= 0", patience)
+    return patience
+
+
+class HookContainer:
+    """Hooks for a trainer (or a hand-written loop) and a tester.
+
+    * ``end_of_iteration_hook(trainer)`` records ``trainer.losses`` and learning rates.
+    * ``end_of_testing_hook(tester)`` records ``tester.all_accuracies`` of every split and
+      tracks the best epoch of each split.
+    * ``end_of_epoch_hook(tester, dataset_dict, model_folder, ...)`` returns the hook a
+      trainer calls after each epoch: every ``test_interval`` epochs it validates, saves
+      ``<name>_<epoch>.pth`` (the latest) and, on a new best, ``<name>_best<epoch>.pth``,
+      and it returns False once ``epoch - best_epoch > patience``.
+
+    The best epoch of a split is the first epoch whose primary metric is strictly greater
+    than every earlier one. The container tracks it itself (so a tester whose
+    ``end_of_testing_hook`` is the user's own still works) and reads it back from the
+    records after a restart.
+
+    Args:
+        record_keeper: where records go (see :func:`get_record_keeper`).
+        record_group_name_prefix: prepended (with ``_``) to every record group name.
+        primary_metric: the metric that picks the best epoch, e.g. ``"precision_at_1"``;
+            matched against keys such as ``<metric>_level0``.
+        validation_split_name: the split whose primary metric decides.
+        save_models: whether ``end_of_epoch_hook`` writes checkpoints.
+        log_freq: records are written to disk every ``log_freq`` iterations (and at the
+            end of each epoch).
+
+    Example:
+        >>> import tempfile
+        >>> from types import SimpleNamespace
+        >>> from pytorch_metric_learning.utils.record_keeping import RecordKeeper
+        >>> hooks = HookContainer(RecordKeeper(tempfile.mkdtemp()), primary_metric="precision_at_1")
+        >>> hooks.get_best_epoch_and_accuracy(None, "val")
+        (None, 0.0)
+        >>> for epoch, value in [(1, 0.5), (2, 0.75), (3, 0.75)]:  # what a tester leaves
+        ...     tester = SimpleNamespace(
+        ...         all_accuracies={"val": {"epoch": epoch, "precision_at_1_level0": value}})
+        ...     hooks.end_of_testing_hook(tester)
+        >>> hooks.get_accuracy_history(tester, "val")
+        {'epoch': [1, 2, 3], 'precision_at_1_level0': [0.5, 0.75, 0.75]}
+        >>> hooks.get_best_epoch_and_accuracy(tester, "val")
+        (2, 0.75)
+    """
+
+    saveable_trainer_objects = (
+        "models",
+        "optimizers",
+        "lr_schedulers",
+        "loss_funcs",
+        "mining_funcs",
+    )
+
+    def __init__(
+        self,
+        record_keeper: RecordKeeper,
+        record_group_name_prefix: str | None = None,
+        primary_metric: str = "mean_average_precision_at_r",
+        validation_split_name: str = "val",
+        save_models: bool = True,
+        log_freq: int = 50,
+    ) -> None:
+        for param, value in [
+            ("primary_metric", primary_metric),
+            ("validation_split_name", validation_split_name),
+        ]:
+            if not isinstance(value, str) or not value:
+                raise invalid(param, _OWNER, "a non-empty str", value, InvalidTypeError)
+        self.record_keeper = record_keeper
+        self.record_group_name_prefix = record_group_name_prefix
+        self.primary_metric = primary_metric
+        self.validation_split_name = validation_split_name
+        self.do_save_models = bool(save_models)
+        self.log_freq = check_positive_int(log_freq, "log_freq", _OWNER)
+        self._best: dict[str, Best | None] = {}
+        self._testing_epoch: int | None = None
+        self._recorded_by_hook = False
+
+    # ------------------------------------------------------------------ record groups
+    def record_group_name(self, name: str) -> str:
+        """The record group ``name``, with the container's prefix."""
+        prefix = self.record_group_name_prefix
+        return f"{prefix}_{name}" if prefix else name
+
+    def accuracy_group_name(self, split_name: str) -> str:
+        """The record group holding the accuracies of one split, e.g. ``accuracies_val``."""
+        return self.record_group_name(f"accuracies_{split_name}")
+
+    # ------------------------------------------------------------------ hooks
+    def end_of_iteration_hook(self, trainer: Any) -> None:
+        """Record the latest losses and each optimizer's learning rate."""
+        step = int(trainer.get_global_iteration())
+        group = self.record_group_name("loss_histories")
+        self.record_keeper.update_records(trainer.losses, step, group, step_name="iteration")
+        rates = {
+            str(name): float(opt.param_groups[0]["lr"])
+            for name, opt in dict(getattr(trainer, "optimizers", None) or {}).items()
+            if getattr(opt, "param_groups", None)
+        }
+        if rates:
+            group = self.record_group_name("learning_rates")
+            self.record_keeper.update_records(rates, step, group, step_name="iteration")
+        if (step + 1) % self.log_freq == 0:
+            self.record_keeper.save_records()
+
+    def end_of_testing_hook(self, tester: Any) -> None:
+        """Record ``tester.all_accuracies`` and update each split's best epoch."""
+        self._record_accuracies(tester, self._epoch_of(tester))
+        self._recorded_by_hook = True
+
+    def end_of_epoch_hook(
+        self,
+        tester: Any,
+        dataset_dict: Mapping[str, Any],
+        model_folder: PathLike,
+        test_interval: int = 1,
+        patience: int | None = None,
+        splits_to_eval: Sequence[tuple[str, Sequence[str]]] | None = None,
+        test_collate_fn: Callable[..., Any] | None = None,
+    ) -> Callable[[Any], bool]:
+        """Build the hook a trainer calls after each epoch.
+
+        Args:
+            tester: e.g. a ``GlobalEmbeddingSpaceTester``.
+            dataset_dict: the splits to test, which must include the validation split.
+            model_folder: where checkpoints go.
+            test_interval: validate (and save) when ``epoch % test_interval == 0``.
+            patience: stop when ``epoch - best_epoch > patience``; None never stops.
+            splits_to_eval: passed to ``tester.test``.
+            test_collate_fn: passed to ``tester.test`` as ``collate_fn``.
+
+        Returns:
+            ``hook(trainer) -> bool``: False means "stop training".
+        """
+        test_interval = check_positive_int(test_interval, "test_interval", "end_of_epoch_hook")
+        patience = _check_patience(patience)
+        self._check_validation_setup(tester, dataset_dict, splits_to_eval)
+
+        def hook(trainer: Any) -> bool:
+            self.record_keeper.save_records()
+            if trainer.epoch % test_interval != 0:
+                return True
+            test_args = (dataset_dict, splits_to_eval, test_collate_fn)
+            best_epoch = self._validate_and_save(trainer, tester, model_folder, *test_args)
+            return self.patience_remaining(trainer.epoch, best_epoch, patience)
+
+        return hook
+
+    # ------------------------------------------------------------------ queries
+    def get_best_epoch_and_accuracy(self, tester: Any, split_name: str) -> tuple[int | None, float]:
+        """The best epoch of ``split_name`` and its primary metric; ``(None, 0.0)`` if none.
+
+        ``tester`` is accepted for compatibility with 2.x; the records of a split do not
+        depend on it.
+        """
+        best = self._best_for(split_name)
+        return best if best is not None else (None, 0.0)
+
+    def get_accuracy_history(
+        self,
+        tester: Any,
+        split_name: str,
+        return_all_metrics: bool = False,
+        metrics: Sequence[str] = (),
+    ) -> dict[str, list[Any]]:
+        """The recorded accuracies of a split: ``{"epoch": [...], <metric key>: [...]}``.
+
+        Args:
+            tester: accepted for compatibility with 2.x.
+            split_name: e.g. ``"val"``.
+            return_all_metrics: every recorded metric instead of ``metrics``.
+            metrics: metric names (``"precision_at_1"``) or keys; default: the primary metric.
+
+        Returns:
+            One list per key, aligned with ``"epoch"``; ``{}`` before anything is recorded.
+
+        Raises:
+            InvalidArgumentError: a requested metric was never recorded for this split.
+        """
+        group = self.accuracy_group_name(split_name)
+        recorded = self.record_keeper.names(group)
+        if not recorded:
+            return {}
+        wanted = [metrics] if isinstance(metrics, str) else list(metrics or [self.primary_metric])
+        keys = recorded if return_all_metrics else [self._recorded_key(m, recorded) for m in wanted]
+        epochs, values = self.record_keeper.history(group, keys)
+        return {"epoch": epochs, **values}
+
+    def get_loss_history(self, loss_names: Sequence[str] = ()) -> dict[str, list[Any]]:
+        """Recorded losses, ``{"iteration": [...], <loss name>: [...]}``; ``{}`` if none."""
+        group = self.record_group_name("loss_histories")
+        recorded = self.record_keeper.names(group)
+        if not recorded:
+            return {}
+        names = [loss_names] if isinstance(loss_names, str) else list(loss_names or recorded)
+        for name in names:
+            if name not in recorded:
+                raise invalid("loss_names", "get_loss_history", f"names among {recorded}", name)
+        iterations, values = self.record_keeper.history(group, names)
+        return {"iteration": iterations, **values}
+
+    @staticmethod
+    def patience_remaining(epoch: int, best_epoch: int | None, patience: int | None) -> bool:
+        """False once ``epoch - best_epoch > patience`` (never with ``patience=None``).
+
+        Example:
+            >>> HookContainer.patience_remaining(7, 5, 2), HookContainer.patience_remaining(8, 5, 2)
+            (True, False)
+        """
+        if patience is not None and best_epoch is not None and epoch - best_epoch > patience:
+            logger.info("Validation accuracy has plateaued since epoch %d. Stopping.", best_epoch)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ checkpoints
+    def load_latest_saved_models(
+        self, trainer: Any, model_folder: PathLike, device: Any = None
+    ) -> int:
+        """Load the latest complete checkpoint into ``trainer``; return the epoch to start at.
+
+        Training resumes where the last saved epoch ended: records of later epochs (left by
+        a run that stopped before saving them) and incomplete checkpoints are discarded, so
+        the best epoch and the patience counter are those of the saved state.
+
+        Returns:
+            The saved epoch plus one; 1 when nothing was saved.
+        """
+        objects = self._saveable(trainer)
+        epochs = saved_suffixes(model_folder, objects)
+        resume = epochs[-1] if epochs else 0
+        if resume:
+            load_checkpoints(objects, model_folder, resume, device or "cpu")
+        if self.do_save_models:
+            self._forget_after(resume, objects, model_folder)
+        logger.info("Resuming at epoch %d", resume + 1)
+        return resume + 1
+
+    def load_best_saved_models(
+        self, trainer: Any, model_folder: PathLike, device: Any = None
+    ) -> int | None:
+        """Load the best checkpoint into ``trainer``; return its epoch (None if there is none)."""
+        objects = self._saveable(trainer)
+        epochs = saved_suffixes(model_folder, objects, tag="best")
+        if not epochs:
+            return None
+        load_checkpoints(objects, model_folder, f"best{epochs[-1]}", device or "cpu")
+        return epochs[-1]
+
+    def save_models(
+        self, trainer: Any, model_folder: PathLike, epoch: int, is_new_best: bool
+    ) -> None:
+        """Save the latest checkpoint (and the best one), then remove the ones they replace.
+
+        Old files are removed only after every new file is in place, and each file is
+        written atomically, so a crash at any point leaves a loadable best checkpoint.
+        """
+        objects = self._saveable(trainer)
+        if is_new_best:
+            save_checkpoints(objects, model_folder, f"best{epoch}")
+        save_checkpoints(objects, model_folder, epoch)
+        best = self._best_for(self.validation_split_name)
+        best_epoch = epoch if is_new_best else (best[0] if best else None)
+        best_is_saved = best_epoch in saved_suffixes(model_folder, objects, "best")
+        for name in objects:
+            self._prune(name, model_folder, "", lambda e: e != epoch)
+            if best_is_saved:
+                self._prune(name, model_folder, "best", lambda e: e != best_epoch)
+
+    # ------------------------------------------------------------------ internals
+    def _check_validation_setup(
+        self, tester: Any, dataset_dict: Mapping[str, Any], splits_to_eval: Sequence[Any] | None
+    ) -> None:
+        val = self.validation_split_name
+        if not isinstance(dataset_dict, Mapping) or val not in dataset_dict:
+            got = list(dataset_dict) if isinstance(dataset_dict, Mapping) else dataset_dict
+            raise invalid(
+                "dataset_dict", "end_of_epoch_hook", f"a dict with the split {val!r}", got
+            )
+        if splits_to_eval is not None and val not in [query for query, _ in splits_to_eval]:
+            raise invalid(
+                "splits_to_eval",
+                "end_of_epoch_hook",
+                f"a list with {val!r} as a query split",
+                splits_to_eval,
+            )
+        get_metrics = getattr(
+            getattr(tester, "accuracy_calculator", None), "get_curr_metrics", None
+        )
+        if callable(get_metrics) and self.primary_metric not in get_metrics():
+            expected = f"one of the tester's metrics {list(get_metrics())}"
+            raise invalid("primary_metric", _OWNER, expected, self.primary_metric)
+
+    def _validate_and_save(
+        self,
+        trainer: Any,
+        tester: Any,
+        model_folder: PathLike,
+        dataset_dict: Mapping[str, Any],
+        splits_to_eval: Any,
+        collate_fn: Any,
+    ) -> int | None:
+        epoch = int(trainer.epoch)
+        self._run_tester(tester, epoch, trainer.models, dataset_dict, splits_to_eval, collate_fn)
+        if self.validation_split_name not in tester.all_accuracies:
+            raise InvalidArgumentError(
+                f"The tester returned no accuracies for the validation split "
+                f"{self.validation_split_name!r} (got {list(tester.all_accuracies)}); "
+                "check splits_to_eval and validation_split_name."
+            )
+        best = self._best_for(self.validation_split_name)
+        is_new_best = best is not None and best[0] == epoch
+        step_plateau = getattr(trainer, "step_lr_plateau_schedulers", None)
+        if callable(step_plateau):
+            step_plateau(self._primary_value(tester.all_accuracies[self.validation_split_name]))
+        if self.do_save_models:
+            self.save_models(trainer, model_folder, epoch, is_new_best)
+        if best is None:
+            return None
+        if is_new_best:
+            logger.info("New best %s: %s at epoch %d", self.primary_metric, best[1], epoch)
+        return best[0]
+
+    def _run_tester(
+        self,
+        tester: Any,
+        epoch: int,
+        models: Mapping[str, Any],
+        dataset_dict: Any,
+        splits: Any,
+        collate_fn: Any,
+    ) -> None:
+        self._testing_epoch, self._recorded_by_hook = epoch, False
+        try:
+            tester.test(
+                dataset_dict,
+                epoch,
+                models["trunk"],
+                models.get("embedder"),
+                splits_to_eval=splits,
+                collate_fn=collate_fn,
+            )
+        finally:
+            self._testing_epoch = None
+        if not self._recorded_by_hook:
+            self._record_accuracies(tester, epoch)
+
+    def _epoch_of(self, tester: Any) -> int:
+        if self._testing_epoch is not None:
+            return self._testing_epoch
+        for accuracies in dict(tester.all_accuracies).values():
+            if isinstance(accuracies, Mapping) and "epoch" in accuracies:
+                return int(accuracies["epoch"])
+        epoch = getattr(tester, "epoch", None)
+        if epoch is None:
+            raise InvalidArgumentError(
+                "end_of_testing_hook could not tell which epoch the tester evaluated: "
+                "run the test through end_of_epoch_hook, or use a tester that stores the epoch."
+            )
+        return int(epoch)
+
+    def _record_accuracies(self, tester: Any, epoch: int) -> None:
+        for split_name, accuracies in dict(tester.all_accuracies).items():
+            values = numeric_accuracies(accuracies)
+            self._best_for(split_name)  # read the history before this epoch joins it
+            group = self.accuracy_group_name(split_name)
+            self.record_keeper.update_records(values, epoch, group, step_name="epoch")
+            self._update_best(split_name, epoch, values)
+        self.record_keeper.save_records()
+
+    def _update_best(self, split_name: str, epoch: int, values: Mapping[str, float]) -> None:
+        key = resolve_metric_key(self.primary_metric, values)
+        if key is None:
+            if split_name == self.validation_split_name:
+                self._recorded_key(self.primary_metric, list(values))  # raises
+            return
+        best = self._best.get(split_name)
+        if is_better(values[key], best[1] if best else None):
+            self._best[split_name] = (epoch, values[key])
+
+    def _primary_value(self, accuracies: Mapping[str, Any]) -> float:
+        values = numeric_accuracies(accuracies)
+        return values[self._recorded_key(self.primary_metric, list(values))]
+
+    def _recorded_key(self, metric: str, keys: list[str]) -> str:
+        key = resolve_metric_key(metric, keys)
+        if key is None:
+            raise invalid("metric", _OWNER, f"a name that matches one of {keys}", metric)
+        return key
+
+    def _best_for(self, split_name: str) -> Best | None:
+        if split_name not in self._best:
+            self._best[split_name] = self._best_from_records(split_name)
+        return self._best[split_name]
+
+    def _best_from_records(self, split_name: str) -> Best | None:
+        group = self.accuracy_group_name(split_name)
+        key = resolve_metric_key(self.primary_metric, self.record_keeper.names(group))
+        if key is None:
+            return None
+        best: Best | None = None
+        epochs, values = self.record_keeper.history(group, [key])
+        for epoch, value in zip(epochs, values[key]):
+            if is_better(value, best[1] if best else None):
+                best = (epoch, value)
+        return best
+
+    def _saveable(self, trainer: Any) -> dict[str, Any]:
+        objects: dict[str, Any] = {}
+        for attribute in self.saveable_trainer_objects:
+            for name, obj in dict(getattr(trainer, attribute, None) or {}).items():
+                if obj is None or not hasattr(unwrap_model(obj), "state_dict"):
+                    continue
+                if name in objects:
+                    raise invalid("trainer", _OWNER, "objects with distinct names", name)
+                objects[name] = obj
+        return objects
+
+    def _forget_after(self, epoch: int, objects: Mapping[str, Any], model_folder: PathLike) -> None:
+        """Discard records and checkpoint files from after ``epoch`` (an unfinished run)."""
+        prefix = self.accuracy_group_name("")
+        for group in self.record_keeper.groups():
+            if group.startswith(prefix):
+                self.record_keeper.delete_after(group, epoch)
+        for name in objects:
+            self._prune(name, model_folder, "", lambda e: e > epoch)
+            self._prune(name, model_folder, "best", lambda e: e > epoch)
+        self._best.clear()
+
+    @staticmethod
+    def _prune(name: str, model_folder: PathLike, tag: str, remove: Callable[[int], bool]) -> None:
+        for e in saved_epochs(model_folder, name, tag):
+            if remove(e):
+                delete_checkpoints([name], model_folder, f"{tag}{e}")
+
+    def __repr__(self) -> str:
+        return (
+            f"HookContainer(primary_metric={self.primary_metric!r}, "
+            f"validation_split_name={self.validation_split_name!r}, save_models={self.do_save_models})"
+        )

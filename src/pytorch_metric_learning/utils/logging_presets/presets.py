@@ -1,0 +1,73 @@
+"""Ready-made record keeper and hook container, as in pytorch-metric-learning 2.x."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Union
+
+from ..record_keeping import RecordKeeper, SQLiteManager, make_tensorboard_writer
+from .hook_container import HookContainer
+
+__all__ = ["get_record_keeper", "get_hook_container"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def get_record_keeper(
+    csv_folder: PathLike,
+    tensorboard_folder: PathLike | None = None,
+    db_path: PathLike | None = None,
+) -> tuple[RecordKeeper, SQLiteManager, Any]:
+    """Build a record keeper writing CSV files, a SQLite database and, optionally, TensorBoard.
+
+    Args:
+        csv_folder: folder of the per-metric CSV files (created if needed).
+        tensorboard_folder: TensorBoard log folder; None disables TensorBoard. Needs the
+            ``tensorboard`` extra.
+        db_path: the SQLite file; default ``<csv_folder>/records.db``.
+
+    Returns:
+        ``(record_keeper, sqlite_manager, tensorboard_writer)``; the writer is None without a
+        TensorBoard folder.
+
+    Raises:
+        BackendNotInstalledError: a TensorBoard folder is given but ``tensorboard`` is
+            not installed.
+
+    Example:
+        >>> import tempfile
+        >>> record_keeper, db, writer = get_record_keeper(tempfile.mkdtemp())
+        >>> writer is None, db.path.name
+        (True, 'records.db')
+    """
+    sqlite_manager = SQLiteManager(Path(db_path) if db_path else Path(csv_folder) / "records.db")
+    writer = make_tensorboard_writer(tensorboard_folder) if tensorboard_folder else None
+    record_keeper = RecordKeeper(csv_folder, sqlite_manager, writer)
+    return record_keeper, sqlite_manager, writer
+
+
+def get_hook_container(
+    record_keeper: RecordKeeper,
+    primary_metric: str = "mean_average_precision_at_r",
+    validation_split_name: str = "val",
+    save_models: bool = True,
+    log_freq: int = 50,
+    record_group_name_prefix: str | None = None,
+) -> HookContainer:
+    """Build a :class:`HookContainer` (see its documentation for the arguments).
+
+    Example:
+        >>> import tempfile
+        >>> record_keeper, _, _ = get_record_keeper(tempfile.mkdtemp())
+        >>> get_hook_container(record_keeper, primary_metric="precision_at_1")
+        HookContainer(primary_metric='precision_at_1', validation_split_name='val', save_models=True)
+    """
+    return HookContainer(
+        record_keeper,
+        record_group_name_prefix=record_group_name_prefix,
+        primary_metric=primary_metric,
+        validation_split_name=validation_split_name,
+        save_models=save_models,
+        log_freq=log_freq,
+    )
