@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import tempfile
 import traceback
 from typing import Any
 
@@ -96,19 +97,30 @@ def run_case(case: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
         calculator = DistributedAccuracyCalculator(**case["calc"], timeout=GROUP_TIMEOUT_S)
     else:  # the same k-means algorithm, so that NMI and AMI compare like with like
         calculator = AccuracyCalculator(**case["calc"], kmeans_func=DistributedKMeans())
-    tester = _tester(case, calculator, distributed, out)
+    hooks = None
+    if case.get("hook_container"):  # each rank records into a folder of its own
+        from pytorch_metric_learning.utils import logging_presets
+
+        record_keeper, _, _ = logging_presets.get_record_keeper(tempfile.mkdtemp())
+        hooks = logging_presets.get_hook_container(record_keeper, primary_metric="precision_at_1")
+    tester = _tester(case, calculator, distributed, out, hooks)
     model = CountingModel(
         case["dims_in"], 4, seed=3, fail=rank is not None and rank == case.get("fail_on_rank")
     )
     datasets = _datasets(case, rank)
     out["accuracies"] = tester.test(datasets, 7, model, splits_to_eval=case.get("splits_to_eval"))
     out["forward_calls"] = model.calls
+    if hooks is not None:
+        out["recorded_groups"] = hooks.record_keeper.groups()
+        out["best"] = hooks.get_best_epoch_and_accuracy(None, "val")
     if "embed_split" in case:
         out["all_embeddings"] = tester.get_all_embeddings(datasets[case["embed_split"]], model)
     return out
 
 
-def _tester(case: dict[str, Any], calculator: Any, distributed: bool, out: dict[str, Any]) -> Any:
+def _tester(
+    case: dict[str, Any], calculator: Any, distributed: bool, out: dict[str, Any], hooks: Any
+) -> Any:
     from pytorch_metric_learning import testers
 
     def hook(tester: Any) -> None:
@@ -121,6 +133,8 @@ def _tester(case: dict[str, Any], calculator: Any, distributed: bool, out: dict[
                 },
             }
         )
+        if hooks is not None:
+            hooks.end_of_testing_hook(tester)
 
     def visualizer_hook(visualizer, points, labels, split_name, keyname, epoch) -> None:
         out["visualized"].append((points.copy(), labels.copy(), split_name, keyname, epoch))

@@ -113,6 +113,7 @@ PLAN = [
         embed_split="val",
     ),
     case("visualize", splits=splits("val", "tiny"), options={"visualize": True}),
+    case("hook_container", splits=splits("val", "train"), hook_container=True),
     case("length_mismatch", splits=splits("val"), length_on_rank={1: 10}),
     case("model_failure", splits=splits("val"), fail_on_rank=1),
     case("after_failure", splits=splits("test")),
@@ -240,6 +241,19 @@ def test_the_visualizer_runs_on_rank_0_with_every_query(ranks, single_process) -
         np.testing.assert_array_equal(labels, expected_labels)
     for rank in range(1, world):
         assert value(results[rank], "visualize")["visualized"] == []
+
+
+@pytest.mark.slow
+def test_logging_preset_hooks_record_on_rank_0_only(ranks, single_process) -> None:
+    world, results = ranks
+    expected = single_process["hook_container"]
+    assert expected["recorded_groups"] == ["accuracies_train", "accuracies_val"]
+    assert value(results[0], "hook_container")["recorded_groups"] == expected["recorded_groups"]
+    for rank in range(world):
+        got = value(results[rank], "hook_container")
+        assert got["best"] == expected["best"]
+        if rank:
+            assert got["recorded_groups"] == []
 
 
 @pytest.mark.slow

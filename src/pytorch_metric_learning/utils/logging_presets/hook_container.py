@@ -18,6 +18,7 @@ from ..checkpoints import (
     unwrap_model,
 )
 from ..record_keeping import RecordKeeper
+from ._rank import is_main_process
 from .metric_keys import is_better, numeric_accuracies, resolve_metric_key
 
 __all__ = ["HookContainer"]
@@ -56,6 +57,13 @@ class HookContainer:
     than every earlier one. The container tracks it itself (so a tester whose
     ``end_of_testing_hook`` is the user's own still works) and reads it back from the
     records after a restart.
+
+    Under ``torch.distributed`` (every rank runs the same loop with the same hooks), only
+    rank 0 records and saves: on the other ranks the hooks write no record, no checkpoint
+    and delete nothing. Every rank still tracks the best epoch from ``all_accuracies``
+    (the same on every rank with a tester built with ``distributed=True``), so every rank
+    stops at the same epoch. The other ranks read records only to find the best epoch of
+    earlier runs, after a restart: the record folder must then be shared.
 
     Args:
         record_keeper: where records go (see :func:`get_record_keeper`).
@@ -129,7 +137,9 @@ class HookContainer:
 
     # ------------------------------------------------------------------ hooks
     def end_of_iteration_hook(self, trainer: Any) -> None:
-        """Record the latest losses and each optimizer's learning rate."""
+        """Record the latest losses and each optimizer's learning rate (on rank 0 only)."""
+        if not is_main_process():
+            return
         step = int(trainer.get_global_iteration())
         group = self.record_group_name("loss_histories")
         self.record_keeper.update_records(trainer.losses, step, group, step_name="iteration")
@@ -145,7 +155,8 @@ class HookContainer:
             self.record_keeper.save_records()
 
     def end_of_testing_hook(self, tester: Any) -> None:
-        """Record ``tester.all_accuracies`` and update each split's best epoch."""
+        """Record ``tester.all_accuracies`` (on rank 0 only) and update each split's best
+        epoch (on every rank)."""
         self._record_accuracies(tester, self._epoch_of(tester))
         self._recorded_by_hook = True
 
@@ -294,7 +305,10 @@ class HookContainer:
 
         Old files are removed only after every new file is in place, and each file is
         written atomically, so a crash at any point leaves a loadable best checkpoint.
+        Under ``torch.distributed``, only rank 0 saves; the other ranks return at once.
         """
+        if not is_main_process():
+            return
         objects = self._saveable(trainer)
         if is_new_best:
             save_checkpoints(objects, model_folder, f"best{epoch}")
@@ -400,13 +414,16 @@ class HookContainer:
         return int(epoch)
 
     def _record_accuracies(self, tester: Any, epoch: int) -> None:
+        writes = is_main_process()
         for split_name, accuracies in dict(tester.all_accuracies).items():
             values = numeric_accuracies(accuracies)
             self._best_for(split_name)  # read the history before this epoch joins it
-            group = self.accuracy_group_name(split_name)
-            self.record_keeper.update_records(values, epoch, group, step_name="epoch")
+            if writes:
+                group = self.accuracy_group_name(split_name)
+                self.record_keeper.update_records(values, epoch, group, step_name="epoch")
             self._update_best(split_name, epoch, values)
-        self.record_keeper.save_records()
+        if writes:
+            self.record_keeper.save_records()
 
     def _update_best(self, split_name: str, epoch: int, values: Mapping[str, float]) -> None:
         key = resolve_metric_key(self.primary_metric, values)
@@ -458,6 +475,9 @@ class HookContainer:
 
     def _forget_after(self, epoch: int, objects: Mapping[str, Any], model_folder: PathLike) -> None:
         """Discard records and checkpoint files from after ``epoch`` (an unfinished run)."""
+        self._best.clear()
+        if not is_main_process():
+            return
         prefix = self.accuracy_group_name("")
         for group in self.record_keeper.groups():
             if group.startswith(prefix):
@@ -465,7 +485,6 @@ class HookContainer:
         for name in objects:
             self._prune(name, model_folder, "", lambda e: e > epoch)
             self._prune(name, model_folder, "best", lambda e: e > epoch)
-        self._best.clear()
 
     @staticmethod
     def _prune(name: str, model_folder: PathLike, tag: str, remove: Callable[[int], bool]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..record_keeping import RecordKeeper, SQLiteManager, make_tensorboard_writer
+from ._rank import is_main_process
 from .hook_container import HookContainer
 
 __all__ = ["get_record_keeper", "get_hook_container"]
@@ -29,7 +30,8 @@ def get_record_keeper(
 
     Returns:
         ``(record_keeper, sqlite_manager, tensorboard_writer)``; the writer is None without a
-        TensorBoard folder.
+        TensorBoard folder, and under ``torch.distributed`` on every rank but rank 0 (which
+        alone records, see :class:`HookContainer`).
 
     Raises:
         BackendNotInstalledError: a TensorBoard folder is given but ``tensorboard`` is
@@ -42,7 +44,9 @@ def get_record_keeper(
         (True, 'records.db')
     """
     sqlite_manager = SQLiteManager(Path(db_path) if db_path else Path(csv_folder) / "records.db")
-    writer = make_tensorboard_writer(tensorboard_folder) if tensorboard_folder else None
+    writer = None
+    if tensorboard_folder and is_main_process():  # only rank 0 records (see HookContainer)
+        writer = make_tensorboard_writer(tensorboard_folder)
     record_keeper = RecordKeeper(csv_folder, sqlite_manager, writer)
     return record_keeper, sqlite_manager, writer
 
