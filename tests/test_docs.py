@@ -117,13 +117,17 @@ def install_example_project(text: str, folder: Path, monkeypatch: pytest.MonkeyP
 
 
 @pytest.fixture
-def fresh_registry() -> Iterator[None]:
+def fresh_registry(tmp_path: Path) -> Iterator[None]:
+    """Reset the registry, and forget the modules a page's example project defined.
+
+    Only modules loaded from the temporary folder are dropped: removing a third-party
+    module (protobuf's, say) and importing it again can crash its C extension.
+    """
     registry._reset_for_tests()
-    modules = set(sys.modules)
     yield
     registry._reset_for_tests()
-    for name in set(sys.modules) - modules:
-        if not name.startswith(("pytorch_metric_learning", "torch", "numpy", "_")):
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
             del sys.modules[name]
 
 

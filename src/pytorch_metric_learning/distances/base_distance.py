@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_tensor, invalid
+from .._validation import check_matrix, check_tensor, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["BaseDistance"]
@@ -109,11 +109,11 @@ class BaseDistance:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.dtype]:
         """Validate, upcast and normalize inputs; return them with the output dtype."""
         owner = type(self).__name__
-        query_emb = _check_matrix(query_emb, "query_emb", owner)
+        query_emb = check_matrix(query_emb, "query_emb", owner)
         if ref_emb is None:
             query = self.maybe_normalize(_compute_dtype(query_emb, query_emb))
             return query, query, self.output_dtype(query_emb.dtype)
-        ref_emb = _check_matrix(ref_emb, "ref_emb", owner)
+        ref_emb = check_matrix(ref_emb, "ref_emb", owner)
         if query_emb.shape[1] != ref_emb.shape[1] or query_emb.device != ref_emb.device:
             raise InvalidArgumentError(
                 f"The query_emb and ref_emb of {owner} must have the same number of columns "
@@ -172,15 +172,6 @@ class BaseDistance:
     def margin(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """How much closer ``x`` is than ``y`` (positive when ``x`` is closer)."""
         return x - y if self.is_inverted else y - x
-
-
-def _check_matrix(value: Any, param: str, owner: str) -> torch.Tensor:
-    check_tensor(value, param, owner)
-    if value.ndim != 2:
-        raise invalid(param, owner, "a 2-D tensor (rows, dims)", f"shape {tuple(value.shape)}")
-    if not value.is_floating_point():
-        raise invalid(param, owner, "a floating-point tensor", value.dtype, InvalidTypeError)
-    return value
 
 
 def _compute_dtype(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:

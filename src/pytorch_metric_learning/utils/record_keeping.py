@@ -270,6 +270,23 @@ class RecordKeeper:
     def __repr__(self) -> str:
         return f"RecordKeeper({str(self.csv_folder)!r}, {self.sqlite_manager!r})"
 
+    def close(self) -> None:
+        """Write what is queued, then close the database and the TensorBoard writer.
+
+        Call it when training is over; the TensorBoard writer's background thread keeps
+        running until then.
+        """
+        self.save_records()
+        if self.tensorboard_writer is not None and hasattr(self.tensorboard_writer, "close"):
+            self.tensorboard_writer.close()
+        self.sqlite_manager.close()
+
+    def __enter__(self) -> RecordKeeper:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def update_records(
         self, records: Mapping[str, Any], step: int, group: str, step_name: str = "step"
     ) -> None:
