@@ -49,7 +49,7 @@ def index_in(unique: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         [2, 0, 2]
     """
     if labels.ndim == 1:
-        return torch.searchsorted(unique, labels)
+        return torch.searchsorted(unique, labels.contiguous())
     _, inverse, _ = _unique(torch.cat([unique, labels]))
     # ``unique`` is sorted and distinct, so its own rows map to 0..len(unique)-1 in order.
     return inverse[len(unique) :]
