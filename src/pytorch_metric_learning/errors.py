@@ -2,7 +2,7 @@
 
 Every exception raised on purpose by this library derives from :class:`PMLError`, and
 also from the builtin that callers already catch (``ValueError``, ``TypeError``,
-``ImportError``, ``ModuleNotFoundError`` or ``RuntimeError``).
+``ImportError``, ``ModuleNotFoundError``, ``RuntimeError`` or ``OSError``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ __all__ = [
     "BackendImportError",
     "BackendConflictError",
     "BackendRuntimeError",
+    "FileWriteError",
+    "CorruptFileError",
+    "ResumeError",
 ]
 
 
@@ -54,3 +57,15 @@ class BackendConflictError(BackendError, ValueError):
 
 class BackendRuntimeError(BackendError, RuntimeError):
     """A backend's own library failed while running a search or clustering."""
+
+
+class FileWriteError(PMLError, OSError):
+    """A file (checkpoint, records) could not be written; its previous version is intact."""
+
+
+class CorruptFileError(PMLError, ValueError):
+    """A checkpoint or records file exists but cannot be read (truncated, empty, garbage)."""
+
+
+class ResumeError(PMLError, RuntimeError):
+    """Resuming training would lose or mix up data, so nothing was loaded or changed."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
+from pytorch_metric_learning.errors import CorruptFileError, InvalidArgumentError, InvalidTypeError
 from pytorch_metric_learning.utils.checkpoints import (
     checkpoint_path,
     delete_checkpoints,
@@ -70,13 +70,14 @@ def test_loading_is_weights_only(tmp_path: Path) -> None:
     path = tmp_path / "evil_1.pth"
     with open(path, "wb") as handle:
         pickle.dump({"w": Payload()}, handle, protocol=2)
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(CorruptFileError, match="evil_1.pth") as caught:
         load_state_dict(path)
+    assert isinstance(caught.value.__cause__, pickle.UnpicklingError)
 
 
 def test_file_that_is_not_a_state_dict(tmp_path: Path) -> None:
     torch.save(torch.ones(2), tmp_path / "m_1.pth")
-    with pytest.raises(InvalidArgumentError, match="state dict"):
+    with pytest.raises(CorruptFileError, match="m_1.pth.*not a state dict"):
         load_state_dict(tmp_path / "m_1.pth")
 
 

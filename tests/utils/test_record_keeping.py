@@ -146,12 +146,12 @@ def test_nan_reads_back_as_nan_and_gaps_are_nan(tmp_path: Path) -> None:
     assert keeper.history("unknown") == ([], {})
 
 
-def test_delete_after_truncates_sqlite_and_csv(tmp_path: Path) -> None:
+def test_set_aside_after_moves_rows_out_of_sqlite_and_csv(tmp_path: Path) -> None:
     keeper = RecordKeeper(tmp_path)
     for step in range(1, 6):
         keeper.update_records({"acc": step / 10, "odd/name": step}, step=step, group="g")
     keeper.update_records({"acc": 9.0}, step=5, group="other")
-    keeper.delete_after("g", 3)
+    keeper.set_aside_after("g", 3)
     assert keeper.history("g") == ([1, 2, 3], {"acc": [0.1, 0.2, 0.3], "odd/name": [1.0, 2.0, 3.0]})
     assert keeper.history("other") == ([5], {"acc": [9.0]})
     assert read_csv(keeper.csv_path("g", "acc")) == [
@@ -161,6 +161,11 @@ def test_delete_after_truncates_sqlite_and_csv(tmp_path: Path) -> None:
         ["3", "0.3"],
     ]
     assert len(read_csv(keeper.csv_path("g", "odd/name"))) == 4
+    # Recoverable: the rows after step 3 are in superseded_records, not gone.
+    with sqlite3.connect(tmp_path / "records.db") as conn:
+        sql = "SELECT name, step, value FROM superseded_records ORDER BY name, step"
+        moved = conn.execute(sql).fetchall()
+    assert moved == [("acc", 4, 0.4), ("acc", 5, 0.5), ("odd/name", 4, 4.0), ("odd/name", 5, 5.0)]
 
 
 def test_query_binds_parameters(tmp_path: Path) -> None:

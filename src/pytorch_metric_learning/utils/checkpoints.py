@@ -12,10 +12,11 @@ run code, and strips the ``module.`` prefix that ``DataParallel`` and
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import re
-import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Union
@@ -23,7 +24,8 @@ from typing import Any, Union
 import torch
 
 from .._validation import invalid
-from ..errors import InvalidTypeError
+from ..errors import CorruptFileError, InvalidTypeError
+from ._atomic import fsync_folder, remove_leftovers, write_atomically
 
 __all__ = [
     "checkpoint_path",
@@ -33,6 +35,10 @@ __all__ = [
     "unwrap_model",
     "save_checkpoints",
     "load_checkpoints",
+    "read_checkpoints",
+    "apply_checkpoints",
+    "checkpoint_files",
+    "set_aside",
     "delete_checkpoints",
     "saved_epochs",
     "saved_suffixes",
@@ -45,6 +51,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 _SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_\-]+")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+_CHECKPOINT_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*_[A-Za-z0-9_\-]+\.pth")
 
 
 def _check_name(name: Any, param: str = "name", pattern: re.Pattern[str] = _NAME_PATTERN) -> str:
@@ -119,21 +126,14 @@ def strip_module_prefix(state_dict: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename durable; best effort (not every platform can open a folder)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def save_state_dict(state: Mapping[str, Any], path: PathLike) -> None:
     """Write ``state`` to ``path`` atomically: a temporary file, fsync, then ``os.replace``.
 
     If anything fails (disk full, the process is interrupted by an exception) the temporary
     file is removed and whatever was at ``path`` before is left untouched.
+
+    Raises:
+        FileWriteError: the file could not be written (an ``OSError`` naming ``path``).
 
     Example:
         >>> import tempfile, os
@@ -143,23 +143,12 @@ def save_state_dict(state: Mapping[str, Any], path: PathLike) -> None:
         ['m_1.pth']
     """
     path = Path(path)
-    _write_atomically(state, path)
-    _fsync_folder(path.parent)
+    _write_state(state, path)
+    fsync_folder(path.parent)
 
 
-def _write_atomically(state: Mapping[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(dict(state), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+def _write_state(state: Mapping[str, Any], path: Path) -> None:
+    write_atomically(path, lambda handle: torch.save(dict(state), handle), "checkpoint")
 
 
 def load_state_dict(path: PathLike, map_location: Any = "cpu") -> dict[str, Any]:
@@ -171,10 +160,25 @@ def load_state_dict(path: PathLike, map_location: Any = "cpu") -> dict[str, Any]
         >>> torch.save({"module.w": torch.zeros(1)}, path)
         >>> load_state_dict(path)
         {'w': tensor([0.])}
+
+    Raises:
+        CorruptFileError: the file exists but is not a loadable state dict (zero bytes,
+            truncated, garbage); the message names the file.
     """
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except Exception as error:  # torch raises EOFError, RuntimeError, UnpicklingError, ...
+        raise CorruptFileError(
+            f"The checkpoint {str(path)!r} cannot be read ({type(error).__name__}: {error}). "
+            "It is truncated, empty, damaged, or not a weights-only state dict saved by "
+            "torch.save."
+        ) from error
     if not isinstance(state, Mapping):
-        raise invalid("path", "load_state_dict", "a file holding a state dict", str(path))
+        raise CorruptFileError(
+            f"The checkpoint {str(path)!r} holds a {type(state).__name__}, not a state dict."
+        )
     return strip_module_prefix(state)
 
 
@@ -185,7 +189,9 @@ def _saveable(objects: Mapping[str, Any]) -> dict[str, Any]:
 def save_checkpoints(objects: Mapping[str, Any], folder: PathLike, suffix: str | int) -> None:
     """Save each object's ``state_dict`` as ``<name>_<suffix>.pth`` in ``folder``.
 
-    Objects without ``state_dict`` (plain functions used as losses, say) are skipped.
+    Objects without ``state_dict`` (plain functions used as losses, say) are skipped. Each
+    file is written atomically; after a successful save, temporary files left in ``folder``
+    by an earlier interrupted save are removed.
 
     Example:
         >>> import tempfile, os
@@ -195,8 +201,9 @@ def save_checkpoints(objects: Mapping[str, Any], folder: PathLike, suffix: str |
         ['trunk_1.pth']
     """
     for name, obj in _saveable(objects).items():
-        _write_atomically(obj.state_dict(), checkpoint_path(folder, name, suffix))
-    _fsync_folder(Path(folder))
+        _write_state(obj.state_dict(), checkpoint_path(folder, name, suffix))
+    fsync_folder(Path(folder))
+    remove_leftovers(Path(folder), _CHECKPOINT_FILE)
 
 
 def load_checkpoints(
@@ -205,7 +212,13 @@ def load_checkpoints(
     """Load ``<name>_<suffix>.pth`` from ``folder`` into each object, in place.
 
     A wrapped model (``DataParallel``/``DDP``) is loaded through its inner module, so
-    checkpoints of wrapped and plain models are interchangeable.
+    checkpoints of wrapped and plain models are interchangeable. The whole set is read
+    before any object changes, and an object that refuses its state dict puts back the
+    ones already loaded: either every object is loaded or none is.
+
+    Raises:
+        FileNotFoundError: a file of the set is missing.
+        CorruptFileError: a file is unreadable or does not fit its object (names the file).
 
     Example:
         >>> import tempfile
@@ -216,9 +229,58 @@ def load_checkpoints(
         >>> bool(torch.equal(source.weight, target.weight))
         True
     """
+    saveable = _saveable(objects)
+    apply_checkpoints(saveable, read_checkpoints(saveable, folder, suffix, map_location))
+    logger.info("Loaded the checkpoints %s_%s.pth from %s", list(saveable), suffix, folder)
+
+
+def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[str, Any]]) -> None:
+    """Load ``states[name]`` into each object: all of them, or (on an error) none.
+
+    Raises:
+        CorruptFileError: an object refused its state dict; the objects already loaded
+            are put back as they were.
+
+    Example:
+        >>> source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        >>> apply_checkpoints({"trunk": target}, {"trunk": source.state_dict()})
+        >>> bool(torch.equal(source.weight, target.weight))
+        True
+    """
+    done: list[tuple[Any, dict[str, Any]]] = []
     for name, obj in _saveable(objects).items():
-        obj.load_state_dict(load_state_dict(checkpoint_path(folder, name, suffix), map_location))
-        logger.info("Loaded %s", checkpoint_path(folder, name, suffix))
+        backup = copy.deepcopy(obj.state_dict())
+        try:
+            obj.load_state_dict(states[name])
+        except Exception as error:
+            for loaded, previous in reversed([*done, (obj, backup)]):
+                loaded.load_state_dict(previous)
+            raise CorruptFileError(
+                f"The saved state of {name!r} does not fit that object "
+                f"({type(error).__name__}: {error}); no object was changed."
+            ) from error
+        done.append((obj, backup))
+
+
+def read_checkpoints(
+    names: Iterable[str], folder: PathLike, suffix: str | int, map_location: Any = "cpu"
+) -> dict[str, dict[str, Any]]:
+    """Read ``<name>_<suffix>.pth`` of every name, so that a set is checked whole first.
+
+    Raises:
+        FileNotFoundError: a file of the set is missing.
+        CorruptFileError: a file of the set is not a loadable state dict.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> save_checkpoints({"trunk": torch.nn.Linear(2, 1)}, folder, 1)
+        >>> sorted(read_checkpoints(["trunk"], folder, 1)["trunk"])
+        ['bias', 'weight']
+    """
+    return {
+        name: load_state_dict(checkpoint_path(folder, name, suffix), map_location) for name in names
+    }
 
 
 def delete_checkpoints(names: Iterable[str], folder: PathLike, suffix: str | int) -> None:
@@ -271,3 +333,48 @@ def saved_suffixes(folder: PathLike, names: Iterable[str], tag: str = "") -> lis
     """
     sets = [set(saved_epochs(folder, name, tag)) for name in names]
     return sorted(set.intersection(*sets)) if sets else []
+
+
+def checkpoint_files(folder: PathLike) -> list[Path]:
+    """The files of ``folder`` named like checkpoints (``<name>_<suffix>.pth``), sorted.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> save_checkpoints({"trunk": torch.nn.Linear(2, 2)}, folder, "best2")
+        >>> [p.name for p in checkpoint_files(folder)]
+        ['trunk_best2.pth']
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _CHECKPOINT_FILE.fullmatch(p.name) and p.is_file())
+
+
+def set_aside(paths: Iterable[Path], folder: PathLike) -> Path | None:
+    """Move ``paths`` into ``<folder>/superseded/<UTC time>/`` (nothing is deleted); return
+    that folder, or None when there was nothing to move.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> save_checkpoints({"trunk": torch.nn.Linear(2, 2)}, folder, 5)
+        >>> moved_to = set_aside(checkpoint_files(folder), folder)
+        >>> [p.name for p in moved_to.iterdir()], checkpoint_files(folder)
+        (['trunk_5.pth'], [])
+    """
+    paths = list(paths)
+    if not paths:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = Path(folder) / "superseded" / stamp
+    for attempt in range(1, 1000):
+        if not target.exists():
+            break
+        target = Path(folder) / "superseded" / f"{stamp}-{attempt}"
+    target.mkdir(parents=True)
+    for path in paths:
+        os.replace(path, target / path.name)
+    fsync_folder(Path(folder))
+    logger.warning("Moved %d superseded checkpoint files to %s", len(paths), target)
+    return target

@@ -4,28 +4,34 @@ A record is one number: its *group* (``"accuracies_val"``, ``"loss_histories"``)
 (``"precision_at_1_level0"``), the *step* it belongs to (an epoch or an iteration) and its
 value. :class:`RecordKeeper` buffers records and writes them on :meth:`RecordKeeper.save_records`:
 
-* to one SQLite database, a single table ``records(record_group, name, step, value,
-  wall_time)``. Group and metric names are bound as statement parameters, never pasted
-  into SQL, so any characters are safe; writing a (group, name, step) a second time
-  replaces the value (a resumed run that repeats an epoch does not duplicate it);
+* to one SQLite database, the source of truth: the table ``records(record_group, name,
+  step, value, wall_time)``. Group and metric names are bound as statement parameters,
+  never pasted into SQL, so any characters are safe. Writing a (group, name, step) a
+  second time replaces the value (a resumed run that repeats an epoch does not duplicate
+  it); the replaced row, like every row set aside when training resumes from an earlier
+  epoch, moves to the table ``superseded_records`` (same columns plus ``superseded_at``);
 * to one CSV file per metric, ``<csv_folder>/<group>/<name>.csv`` with the header
-  ``<step name>,<metric name>``; a name that is not a plain file name is rewritten to a
-  safe one with a short hash of the original, which stays readable in the header;
+  ``<step name>,<metric name>``, derived from SQLite (see ``_record_csv``); a name that is
+  not a plain file name is rewritten to a safe one with a short hash of the original,
+  which stays readable in the header;
 * to TensorBoard, as scalars tagged ``<group>/<name>``, when a writer is given.
+
+A save is all-or-nothing: the queued rows enter SQLite in one transaction or stay queued
+for the next save, and CSV files left behind by a failed or killed save are completed
+from SQLite by the next save.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
+import errno
 import hashlib
-import io
+import logging
 import math
 import numbers
 import os
 import re
 import sqlite3
-import tempfile
 import time
 import weakref
 from collections import defaultdict
@@ -36,11 +42,14 @@ from typing import Any, NamedTuple, Union
 import torch
 
 from .._validation import invalid
-from ..errors import BackendNotInstalledError, InvalidTypeError
+from ..errors import BackendNotInstalledError, CorruptFileError, FileWriteError, InvalidTypeError
+from ._atomic import write_error
+from ._record_csv import append_rows, rewrite_file
 
 __all__ = ["Record", "SQLiteManager", "RecordKeeper", "make_tensorboard_writer", "safe_file_name"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+logger = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -52,6 +61,19 @@ CREATE TABLE IF NOT EXISTS records (
     PRIMARY KEY (record_group, name, step)
 )
 """
+_MORE_TABLES = (
+    """CREATE TABLE IF NOT EXISTS superseded_records (
+        record_group TEXT NOT NULL, name TEXT NOT NULL, step INTEGER NOT NULL,
+        value REAL, wall_time REAL NOT NULL, superseded_at REAL NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS record_groups (
+        record_group TEXT PRIMARY KEY, step_name TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS csv_pending (
+        record_group TEXT NOT NULL, name TEXT NOT NULL, PRIMARY KEY (record_group, name))""",
+)
+_SET_ASIDE = (
+    "INSERT INTO superseded_records SELECT record_group, name, step, value, wall_time, ? "
+    "FROM records WHERE record_group = ? AND name = ? AND step = ?"
+)
 _UPSERT = (
     "INSERT INTO records (record_group, name, step, value, wall_time) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (record_group, name, step) DO UPDATE "
@@ -92,11 +114,45 @@ def _open(path: Path) -> sqlite3.Connection:
     """A connection in WAL mode: a commit is atomic and survives a crash of the process
     without an fsync per commit (a power cut may lose the last commits, never the file)."""
     conn = sqlite3.connect(path, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(_SCHEMA)
-    conn.commit()
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for statement in (_SCHEMA, *_MORE_TABLES):
+            conn.execute(statement)
+        conn.commit()
+    except sqlite3.Error as error:
+        conn.close()
+        raise sqlite_error(path, error) from error
     return conn
+
+
+# SQLite result codes (the low byte of sqlite_errorcode) that mean the file, not the SQL.
+_CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_FILE_CODES = {5, 6, 8, 10, 13, 14, *_CORRUPT_CODES}  # BUSY, LOCKED, READONLY, IOERR, FULL, ...
+_FILE_MESSAGES = ("not a database", "malformed", "disk is full", "disk i/o", "readonly")
+
+
+def is_file_failure(error: sqlite3.Error) -> bool:
+    """Whether a SQLite error is about the database file (full, damaged, unwritable)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _FILE_CODES
+    return any(text in str(error).lower() for text in _FILE_MESSAGES)
+
+
+def sqlite_error(path: Path, error: sqlite3.Error) -> Exception:
+    """The library's error for a failure of the database file, naming it."""
+    code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+    text = str(error).lower()
+    if code in _CORRUPT_CODES or "not a database" in text or "malformed" in text:
+        return CorruptFileError(
+            f"The records database {str(path)!r} cannot be read ({error}); it is damaged or "
+            "not a SQLite file. Move it aside (or pass another folder) to keep new records."
+        )
+    wrapped = write_error(path, error, "records database")
+    if code == 13 or "full" in text:
+        wrapped.errno = errno.ENOSPC
+    return wrapped
 
 
 def _as_float(value: Any) -> float:
@@ -108,6 +164,9 @@ class SQLiteManager:
 
     Args:
         path: the database file; its folder is created if needed.
+
+    Raises:
+        CorruptFileError: ``path`` exists but is not a readable SQLite database.
 
     Example:
         >>> import tempfile, os
@@ -130,20 +189,71 @@ class SQLiteManager:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """The connection, committing on success and rolling back on error."""
+        """The connection, committing on success and rolling back on error; a failure of
+        the database file itself is raised as the library's error naming the file."""
         if self._conn is None:
             self._conn = _open(self.path)
             self._finalizer = weakref.finalize(self, self._conn.close)
-        with self._conn:
-            yield self._conn
+        conn = self._conn
+        try:
+            yield conn
+            conn.commit()
+        except BaseException as error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.rollback()
+            if isinstance(error, sqlite3.Error) and is_file_failure(error):
+                raise sqlite_error(self.path, error) from error
+            raise
 
     def __repr__(self) -> str:
         return f"SQLiteManager({str(self.path)!r})"
 
-    def write(self, records: Sequence[Record]) -> None:
-        """Insert or replace records in one transaction."""
+    def write(
+        self, records: Sequence[Record], step_names: Mapping[str, str] | None = None
+    ) -> set[tuple[str, str]]:
+        """Insert or replace records in one transaction; return the (group, name) pairs
+        whose CSV file must be rebuilt rather than appended to.
+
+        A replaced row is kept in ``superseded_records``. Every pair written is marked in
+        ``csv_pending`` until :meth:`csv_done` clears it.
+        """
+        records = list({(r.group, r.name, r.step): r for r in records}.values())
+        now = time.time()
         with self._transaction() as conn:
+            rebuild = _pairs_to_rebuild(conn, records)
+            replaced = [
+                (now, r.group, r.name, r.step) for r in records if (r.group, r.name) in rebuild
+            ]
+            conn.executemany(_SET_ASIDE, replaced)
             conn.executemany(_UPSERT, [tuple(r) for r in records])
+            pairs = sorted({(r.group, r.name) for r in records})
+            conn.executemany("INSERT OR IGNORE INTO csv_pending VALUES (?, ?)", pairs)
+            groups = sorted({(g, (step_names or {}).get(g, "step")) for g, _ in pairs})
+            conn.executemany("INSERT OR IGNORE INTO record_groups VALUES (?, ?)", groups)
+        return rebuild
+
+    def csv_pending(self) -> list[tuple[str, str]]:
+        """The (group, name) pairs whose CSV file may lag behind the database."""
+        rows = self.query("SELECT record_group, name FROM csv_pending ORDER BY rowid")
+        return [(r["record_group"], r["name"]) for r in rows]
+
+    def csv_done(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Clear the ``csv_pending`` marks of files that now hold every row."""
+        with self._transaction() as conn:
+            conn.executemany(
+                "DELETE FROM csv_pending WHERE record_group = ? AND name = ?", list(pairs)
+            )
+
+    def step_name(self, group: str) -> str:
+        """The header of the step column of ``group``'s CSV files."""
+        sql = "SELECT step_name FROM record_groups WHERE record_group = ?"
+        rows = self.query(sql, (group,))
+        return str(rows[0]["step_name"]) if rows else "step"
+
+    def rows(self, group: str, name: str) -> list[tuple[int, float]]:
+        """``(step, value)`` of one metric, by step."""
+        sql = "SELECT step, value FROM records WHERE record_group = ? AND name = ? ORDER BY step"
+        return [(r["step"], _as_float(r["value"])) for r in self.query(sql, (group, name))]
 
     def query(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
@@ -197,10 +307,38 @@ class SQLiteManager:
                 values[r["name"]][position[r["step"]]] = _as_float(r["value"])
         return steps, values
 
-    def delete_after(self, group: str, step: int) -> None:
-        """Remove the records of ``group`` whose step is greater than ``step``."""
+    def set_aside_after(self, group: str, step: int | None) -> None:
+        """Move the records of ``group`` whose step is greater than ``step`` (all of them
+        with ``step=None``) to ``superseded_records``, and mark their CSV files."""
+        where = "record_group = ?" + ("" if step is None else " AND step > ?")
+        params = (group,) if step is None else (group, step)
         with self._transaction() as conn:
-            conn.execute("DELETE FROM records WHERE record_group = ? AND step > ?", (group, step))
+            conn.execute(
+                "INSERT OR IGNORE INTO csv_pending SELECT DISTINCT record_group, name "
+                f"FROM records WHERE {where}",
+                params,
+            )
+            conn.execute(
+                "INSERT INTO superseded_records SELECT record_group, name, step, value, "
+                f"wall_time, ? FROM records WHERE {where}",
+                (time.time(), *params),
+            )
+            conn.execute(f"DELETE FROM records WHERE {where}", params)
+
+
+def _pairs_to_rebuild(conn: sqlite3.Connection, records: Sequence[Record]) -> set[tuple[str, str]]:
+    """Pairs whose new rows are not all later than every stored row (appending would
+    duplicate a step or break the order)."""
+    first: dict[tuple[str, str], int] = {}
+    for r in records:
+        first[(r.group, r.name)] = min(r.step, first.get((r.group, r.name), r.step))
+    sql = "SELECT max(step) FROM records WHERE record_group = ? AND name = ?"
+    rebuild = set()
+    for pair, step in first.items():
+        (latest,) = conn.execute(sql, pair).fetchone()
+        if latest is not None and step <= latest:
+            rebuild.add(pair)
+    return rebuild
 
 
 def make_tensorboard_writer(folder: PathLike) -> Any:
@@ -224,14 +362,15 @@ def make_tensorboard_writer(folder: PathLike) -> Any:
     return SummaryWriter(log_dir=os.fspath(folder))
 
 
+_OWNER = "RecordKeeper.update_records"
+
+
 def _to_value(name: str, value: Any) -> float:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         expected = "a mapping of names to real numbers"
-        raise invalid(
-            "records", "RecordKeeper.update_records", expected, {name: value}, InvalidTypeError
-        )
+        raise invalid("records", _OWNER, expected, {name: value}, InvalidTypeError)
     return float(value)
 
 
@@ -266,6 +405,13 @@ class RecordKeeper:
         self.tensorboard_writer = tensorboard_writer
         self._pending: list[Record] = []
         self._step_names: dict[str, str] = {}
+        # CSV files that an earlier save (maybe of a killed process) left behind SQLite.
+        self._stale = set(self.sqlite_manager.csv_pending())
+        if self._stale:
+            try:
+                self._sync_csv([], set())
+            except FileWriteError as error:
+                logger.warning("CSV files lag behind %s until the next save: %s", self, error)
 
     def __repr__(self) -> str:
         return f"RecordKeeper({str(self.csv_folder)!r}, {self.sqlite_manager!r})"
@@ -295,26 +441,43 @@ class RecordKeeper:
         Args:
             records: names and values; a value may be a Python or NumPy number or a
                 one-element tensor.
-            step: the epoch or iteration the values belong to.
+            step: the epoch or iteration the values belong to (an int).
             group: the record group, e.g. ``"accuracies_val"``.
             step_name: the header of the step column in the CSV files.
 
         Raises:
-            InvalidTypeError: a value is not a real number.
+            InvalidTypeError: a value is not a real number, or ``step`` is not an int.
         """
+        step = _check_step(step)
+        for param, text in (("group", group), ("step_name", step_name)):
+            if not isinstance(text, str):
+                raise invalid(param, _OWNER, "a str", text, InvalidTypeError)
         now = time.time()
         self._step_names.setdefault(group, step_name)
         for name, value in records.items():
-            self._pending.append(Record(group, str(name), int(step), _to_value(name, value), now))
+            self._pending.append(Record(group, str(name), step, _to_value(name, value), now))
 
     def save_records(self) -> None:
-        """Write the queued records (SQLite first, then CSV, then TensorBoard)."""
+        """Write the queued records: SQLite in one transaction, then the CSV files, then
+        TensorBoard.
+
+        If SQLite fails (disk full, say) nothing is written and the queue is kept for the
+        next call. If a CSV file fails, the records are already safe in SQLite and the
+        next call completes the file.
+
+        Raises:
+            FileWriteError: the database or a CSV file could not be written (an
+                ``OSError`` naming the file).
+            CorruptFileError: the database file is damaged.
+        """
         pending, self._pending = self._pending, []
-        if not pending:
-            return
-        self.sqlite_manager.write(pending)
-        self._append_csv(pending)
-        if self.tensorboard_writer is not None:
+        try:
+            rebuild = self.sqlite_manager.write(pending, self._step_names) if pending else set()
+        except BaseException:
+            self._pending = pending + self._pending
+            raise
+        self._sync_csv(pending, rebuild)
+        if self.tensorboard_writer is not None and pending:
             for r in pending:
                 self.tensorboard_writer.add_scalar(f"{r.group}/{r.name}", r.value, r.step)
             self.tensorboard_writer.flush()
@@ -337,51 +500,53 @@ class RecordKeeper:
         self.save_records()
         return self.sqlite_manager.names(group)
 
-    def delete_after(self, group: str, step: int) -> None:
-        """Forget the records of ``group`` after ``step``, in SQLite and the CSV files.
+    def set_aside_after(self, group: str, step: int | None) -> None:
+        """Move the records of ``group`` after ``step`` (all of them with ``step=None``) to
+        the table ``superseded_records``, and rewrite the CSV files without them.
 
-        Used when training resumes from a checkpoint older than the last records.
+        Used when training resumes from a checkpoint older than the last records: the
+        superseded rows stay recoverable.
         """
         self.save_records()
-        self.sqlite_manager.delete_after(group, step)
-        folder = self.csv_folder / safe_file_name(group)
-        if folder.is_dir():
-            for path in folder.glob("*.csv"):
-                _truncate_csv(path, step)
+        self.sqlite_manager.set_aside_after(group, step)
+        self._sync_csv([], set())
 
     def csv_path(self, group: str, name: str) -> Path:
         """The CSV file of one metric."""
         return self.csv_folder / safe_file_name(group) / f"{safe_file_name(name)}.csv"
 
-    def _append_csv(self, records: Sequence[Record]) -> None:
-        by_file: dict[tuple[str, str], list[Record]] = defaultdict(list)
-        for r in records:
-            by_file[(r.group, r.name)].append(r)
-        for (group, name), rows in by_file.items():
-            path = self.csv_path(group, name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            buffer = io.StringIO()
-            writer = csv.writer(buffer, lineterminator="\n")
-            if not path.exists() or path.stat().st_size == 0:
-                writer.writerow([self._step_names.get(group, "step"), name])
-            writer.writerows([r.step, repr(r.value)] for r in rows)
-            with open(path, "a", encoding="utf-8", newline="") as handle:
-                handle.write(buffer.getvalue())  # one write per file and flush
+    def _sync_csv(self, written: Sequence[Record], rebuild: set[tuple[str, str]]) -> None:
+        """Bring every marked CSV file in line with SQLite: append the new rows where that
+        is exact, rebuild the others; then clear their marks."""
+        by_pair: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+        for r in written:
+            by_pair[(r.group, r.name)].append((r.step, r.value))
+        pending, done = self.sqlite_manager.csv_pending(), []
+        try:
+            for pair in pending:
+                exact = pair not in rebuild and pair not in self._stale
+                self._write_csv(pair, by_pair.get(pair) if exact else None)
+                done.append(pair)
+        except BaseException:
+            self._stale.update(pending[len(done) :])
+            raise
+        finally:
+            if done:
+                self.sqlite_manager.csv_done(done)
+                self._stale.difference_update(done)
+
+    def _write_csv(self, pair: tuple[str, str], new_rows: list[tuple[int, float]] | None) -> None:
+        group, name = pair
+        header = [self.sqlite_manager.step_name(group), name]
+        if new_rows is not None:
+            append_rows(self.csv_path(group, name), header, sorted(dict(new_rows).items()))
+        else:
+            rewrite_file(self.csv_path(group, name), header, self.sqlite_manager.rows(group, name))
 
 
-def _truncate_csv(path: Path, step: int) -> None:
-    """Rewrite a metric's CSV file without the rows after ``step`` (atomically)."""
-    with open(path, encoding="utf-8", newline="") as handle:
-        rows = list(csv.reader(handle))
-    kept = rows[:1] + [row for row in rows[1:] if row and int(row[0]) <= step]
-    if len(kept) == len(rows):
-        return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            csv.writer(handle, lineterminator="\n").writerows(kept)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def _check_step(step: Any) -> int:
+    if isinstance(step, torch.Tensor) and step.numel() == 1 and not step.is_floating_point():
+        step = step.item()
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        raise invalid("step", _OWNER, "an int (an epoch or an iteration)", step, InvalidTypeError)
+    return int(step)

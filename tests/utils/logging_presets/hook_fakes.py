@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -78,3 +81,19 @@ def make_trainer(**overrides: Any) -> trainers.MetricLossOnly:
     )
     kwargs.update(overrides)
     return trainers.MetricLossOnly(**kwargs)
+
+
+def folder_snapshot(root: Path) -> dict[str, Any]:
+    """Everything a user could lose under ``root``: the bytes of every checkpoint and CSV
+    file, and the rows of every SQLite table (read with plain sqlite3)."""
+    snapshot: dict[str, Any] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".pth", ".csv"):
+            snapshot[str(path.relative_to(root))] = path.read_bytes()
+        elif path.is_file() and path.suffix == ".db":
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                for (table,) in tables.fetchall():
+                    rows = conn.execute(f'SELECT * FROM "{table}"').fetchall()
+                    snapshot[f"{path.relative_to(root)}:{table}"] = sorted(rows, key=repr)
+    return snapshot

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 import torch
-from hook_fakes import ScriptedTester, make_trainer
+from hook_fakes import ScriptedTester, folder_snapshot, make_trainer
 
+from pytorch_metric_learning.errors import ResumeError
 from pytorch_metric_learning.utils import logging_presets
 
 # Rises to a best at epoch 4, then never beats it.
@@ -38,7 +39,11 @@ class Session:
         return self.hooks.get_best_epoch_and_accuracy(self.tester, "val")
 
     def files(self) -> list[str]:
-        return sorted(p.name for p in self.model_folder.iterdir())
+        return sorted(p.name for p in self.model_folder.iterdir() if p.is_file())
+
+    def set_aside(self) -> list[str]:
+        """Checkpoint files moved to ``superseded/`` by a resume."""
+        return sorted(p.name for p in (self.model_folder / "superseded").glob("*/*.pth"))
 
 
 def fail_on_call(target: Any, name: str, monkeypatch: pytest.MonkeyPatch, fail_at: int) -> None:
@@ -114,14 +119,16 @@ def test_restart_keeps_best_epoch_and_patience(tmp_path: Path) -> None:
     )
 
 
-def test_restart_discards_records_after_the_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
+def test_epoch_whose_save_failed_is_not_committed(tmp_path: Path, monkeypatch) -> None:
     first = Session(tmp_path)
     first.trainer.train(num_epochs=3)
-    fail_on_call(torch, "save", monkeypatch, 1)  # epoch 4 is recorded, its save fails
+    fail_on_call(torch, "save", monkeypatch, 1)  # epoch 4 is tested, its save fails
     with pytest.raises(OSError):
         first.trainer.train(start_epoch=4, num_epochs=4)
     monkeypatch.undo()
-    assert first.hooks.get_accuracy_history(first.tester, "val")["epoch"] == [1, 2, 3, 4]
+    # The records are committed after the checkpoints: epoch 4 is not in them.
+    assert first.hooks.get_accuracy_history(first.tester, "val")["epoch"] == [1, 2, 3]
+    assert first.best() == (3, 0.3)
 
     second = Session(tmp_path)
     assert second.hooks.load_latest_saved_models(second.trainer, second.model_folder) == 4
@@ -131,6 +138,7 @@ def test_restart_discards_records_after_the_last_checkpoint(tmp_path: Path, monk
     second.trainer.train(start_epoch=4, num_epochs=5)
     assert second.best() == (4, 0.6)
     assert second.hooks.get_accuracy_history(second.tester, "val")["epoch"] == [1, 2, 3, 4, 5]
+    assert csv_path.read_text().splitlines()[1:] == ["1,0.1", "2,0.2", "3,0.3", "4,0.6", "5,0.5"]
 
 
 def test_nothing_saved_resumes_at_epoch_one(tmp_path: Path) -> None:
@@ -139,9 +147,24 @@ def test_nothing_saved_resumes_at_epoch_one(tmp_path: Path) -> None:
     assert session.hooks.load_best_saved_models(session.trainer, tmp_path / "empty") is None
 
 
-def test_incomplete_checkpoint_set_is_ignored(tmp_path: Path) -> None:
+def test_incomplete_latest_set_falls_back_to_the_best_set(tmp_path: Path) -> None:
+    first = Session(tmp_path)
+    first.trainer.train(num_epochs=2)
+    weights_at_2 = first.tester.snapshots[2]["weight"]
+    (first.model_folder / "embedder_2.pth").unlink()
+    second = Session(tmp_path)
+    # trunk_best2.pth ... is the same state as epoch 2's latest set.
+    assert second.hooks.load_latest_saved_models(second.trainer, second.model_folder) == 3
+    assert torch.equal(second.trainer.models["trunk"].weight, weights_at_2)
+
+
+def test_no_complete_set_but_records_refuses_and_changes_nothing(tmp_path: Path) -> None:
     first = Session(tmp_path)
     first.trainer.train(num_epochs=2)
     (first.model_folder / "embedder_2.pth").unlink()
+    (first.model_folder / "embedder_best2.pth").unlink()
+    before = folder_snapshot(tmp_path)
     second = Session(tmp_path)
-    assert second.hooks.load_latest_saved_models(second.trainer, second.model_folder) == 1
+    with pytest.raises(ResumeError, match="epochs \\[2\\]"):
+        second.hooks.load_latest_saved_models(second.trainer, second.model_folder)
+    assert folder_snapshot(tmp_path) == before

@@ -10,15 +10,19 @@ from typing import Any, Callable, Union
 from ..._validation import check_positive_int, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..checkpoints import (
+    apply_checkpoints,
+    checkpoint_files,
     delete_checkpoints,
     load_checkpoints,
     save_checkpoints,
     saved_epochs,
     saved_suffixes,
+    set_aside,
     unwrap_model,
 )
 from ..record_keeping import RecordKeeper
 from ._rank import is_main_process
+from ._resume import files_after, find_resume_point
 from .metric_keys import is_better, numeric_accuracies, resolve_metric_key
 
 __all__ = ["HookContainer"]
@@ -124,6 +128,8 @@ class HookContainer:
         self._best: dict[str, Best | None] = {}
         self._testing_epoch: int | None = None
         self._recorded_by_hook = False
+        # While an epoch is being saved: its accuracy records, committed after its checkpoints.
+        self._deferred: list[tuple[dict[str, float], int, str]] | None = None
 
     # ------------------------------------------------------------------ record groups
     def record_group_name(self, name: str) -> str:
@@ -192,8 +198,10 @@ class HookContainer:
             self.record_keeper.save_records()
             if trainer.epoch % test_interval != 0:
                 return True
-            test_args = (dataset_dict, splits_to_eval, test_collate_fn)
-            best_epoch = self._validate_and_save(trainer, tester, model_folder, *test_args)
+            test_args = (splits_to_eval, test_collate_fn)
+            best_epoch = self._validate_and_save(
+                trainer, tester, model_folder, dataset_dict, *test_args
+            )
             return self.patience_remaining(trainer.epoch, best_epoch, patience)
 
         return hook
@@ -266,37 +274,64 @@ class HookContainer:
 
     # ------------------------------------------------------------------ checkpoints
     def load_latest_saved_models(
-        self, trainer: Any, model_folder: PathLike, device: Any = None
+        self, trainer: Any, model_folder: PathLike, device: Any = None, *, start_fresh: bool = False
     ) -> int:
-        """Load the latest complete checkpoint into ``trainer``; return the epoch to start at.
+        """Load the latest saved state into ``trainer``; return the epoch to start at.
 
-        Training resumes where the last saved epoch ended: records of later epochs (left by
-        a run that stopped before saving them) and incomplete checkpoints are discarded, so
-        the best epoch and the patience counter are those of the saved state.
+        The state loaded is the newest checkpoint set that is complete, loads whole and
+        whose epoch is in the validation records; a damaged newer set is skipped with a
+        warning naming the bad file. Records of later epochs and checkpoint files of later
+        epochs (left by a run that stopped before committing them) are set aside, not
+        deleted: rows move to the ``superseded_records`` table, files to
+        ``<model_folder>/superseded/``. So the best epoch and the patience counter are
+        those of the saved state.
+
+        Args:
+            trainer: a trainer or :class:`TrainingState`; its objects are loaded in place.
+            model_folder: where the checkpoints are.
+            device: ``map_location`` for ``torch.load`` (default ``"cpu"``).
+            start_fresh: set aside every checkpoint in ``model_folder`` and every record
+                of this container, and start at epoch 1.
 
         Returns:
             The saved epoch plus one; 1 when nothing was saved.
+
+        Raises:
+            ResumeError: the saved objects are not the trainer's (one missing or extra),
+                or records exist but no loadable checkpoint set matches them (a typo in
+                ``model_folder``, every set damaged). Nothing is loaded or changed.
         """
         objects = self._saveable(trainer)
-        epochs = saved_suffixes(model_folder, objects)
-        resume = epochs[-1] if epochs else 0
-        if resume:
-            load_checkpoints(objects, model_folder, resume, device or "cpu")
-        if self.do_save_models:
-            self._forget_after(resume, objects, model_folder)
-        logger.info("Resuming at epoch %d", resume + 1)
-        return resume + 1
+        if start_fresh:
+            self._set_aside_everything(model_folder)
+            return 1
+        group = self.accuracy_group_name(self.validation_split_name)
+        recorded = self.record_keeper.history(group, [])[0]
+        point = find_resume_point(list(objects), model_folder, recorded, device or "cpu")
+        if point.epoch:
+            apply_checkpoints(objects, point.states)
+        self._best.clear()
+        if self.do_save_models and is_main_process():
+            self._set_aside_after(point.epoch, list(objects), model_folder)
+        logger.info("Resuming at epoch %d", point.epoch + 1)
+        return point.epoch + 1
 
     def load_best_saved_models(
         self, trainer: Any, model_folder: PathLike, device: Any = None
     ) -> int | None:
-        """Load the best checkpoint into ``trainer``; return its epoch (None if there is none)."""
+        """Load the best checkpoint into ``trainer``; return its epoch (None if there is none).
+
+        The best epoch is the one the records name when its set is complete; otherwise
+        the newest complete best set.
+        """
         objects = self._saveable(trainer)
         epochs = saved_suffixes(model_folder, objects, tag="best")
         if not epochs:
             return None
-        load_checkpoints(objects, model_folder, f"best{epochs[-1]}", device or "cpu")
-        return epochs[-1]
+        best = self._best_for(self.validation_split_name)
+        epoch = best[0] if best is not None and best[0] in epochs else epochs[-1]
+        load_checkpoints(objects, model_folder, f"best{epoch}", device or "cpu")
+        return epoch
 
     def save_models(
         self, trainer: Any, model_folder: PathLike, epoch: int, is_new_best: bool
@@ -309,10 +344,21 @@ class HookContainer:
         """
         if not is_main_process():
             return
+        self._write_checkpoints(trainer, model_folder, epoch, is_new_best)
+        self._prune_replaced(trainer, model_folder, epoch, is_new_best)
+
+    def _write_checkpoints(
+        self, trainer: Any, model_folder: PathLike, epoch: int, is_new_best: bool
+    ) -> None:
         objects = self._saveable(trainer)
         if is_new_best:
             save_checkpoints(objects, model_folder, f"best{epoch}")
         save_checkpoints(objects, model_folder, epoch)
+
+    def _prune_replaced(
+        self, trainer: Any, model_folder: PathLike, epoch: int, is_new_best: bool
+    ) -> None:
+        objects = self._saveable(trainer)
         best = self._best_for(self.validation_split_name)
         best_epoch = epoch if is_new_best else (best[0] if best else None)
         best_is_saved = best_epoch in saved_suffixes(model_folder, objects, "best")
@@ -351,11 +397,32 @@ class HookContainer:
         tester: Any,
         model_folder: PathLike,
         dataset_dict: Mapping[str, Any],
-        splits_to_eval: Any,
-        collate_fn: Any,
+        *test_args: Any,
     ) -> int | None:
         epoch = int(trainer.epoch)
-        self._run_tester(tester, epoch, trainer.models, dataset_dict, splits_to_eval, collate_fn)
+        defer = self.do_save_models and is_main_process()
+        self._deferred = [] if defer else None
+        try:
+            is_new_best = self._test_epoch(trainer, tester, epoch, dataset_dict, *test_args)
+            if defer:
+                self._save_and_commit(trainer, model_folder, epoch, is_new_best)
+        except BaseException:
+            self._best.clear()  # re-read from the records, which lack this epoch
+            raise
+        finally:
+            self._deferred = None
+        best = self._best_for(self.validation_split_name)
+        if best is None:
+            return None
+        if is_new_best:
+            logger.info("New best %s: %s at epoch %d", self.primary_metric, best[1], epoch)
+        return best[0]
+
+    def _test_epoch(
+        self, trainer: Any, tester: Any, epoch: int, dataset_dict: Any, splits: Any, collate: Any
+    ) -> bool:
+        """Run the tester, step plateau schedulers; return whether ``epoch`` is a new best."""
+        self._run_tester(tester, epoch, trainer.models, dataset_dict, splits, collate)
         if self.validation_split_name not in tester.all_accuracies:
             raise InvalidArgumentError(
                 f"The tester returned no accuracies for the validation split "
@@ -363,17 +430,21 @@ class HookContainer:
                 "check splits_to_eval and validation_split_name."
             )
         best = self._best_for(self.validation_split_name)
-        is_new_best = best is not None and best[0] == epoch
         step_plateau = getattr(trainer, "step_lr_plateau_schedulers", None)
         if callable(step_plateau):
             step_plateau(self._primary_value(tester.all_accuracies[self.validation_split_name]))
-        if self.do_save_models:
-            self.save_models(trainer, model_folder, epoch, is_new_best)
-        if best is None:
-            return None
-        if is_new_best:
-            logger.info("New best %s: %s at epoch %d", self.primary_metric, best[1], epoch)
-        return best[0]
+        return best is not None and best[0] == epoch
+
+    def _save_and_commit(
+        self, trainer: Any, model_folder: PathLike, epoch: int, is_new_best: bool
+    ) -> None:
+        """Checkpoints first, then the epoch's records (the commit), then pruning: at every
+        point of a crash the records' best epoch has its complete best set on disk."""
+        self._write_checkpoints(trainer, model_folder, epoch, is_new_best)
+        for values, recorded_epoch, group in self._deferred or []:
+            self.record_keeper.update_records(values, recorded_epoch, group, step_name="epoch")
+        self.record_keeper.save_records()
+        self._prune_replaced(trainer, model_folder, epoch, is_new_best)
 
     def _run_tester(
         self,
@@ -418,11 +489,13 @@ class HookContainer:
         for split_name, accuracies in dict(tester.all_accuracies).items():
             values = numeric_accuracies(accuracies)
             self._best_for(split_name)  # read the history before this epoch joins it
-            if writes:
-                group = self.accuracy_group_name(split_name)
+            group = self.accuracy_group_name(split_name)
+            if writes and self._deferred is not None:
+                self._deferred.append((values, epoch, group))
+            elif writes:
                 self.record_keeper.update_records(values, epoch, group, step_name="epoch")
             self._update_best(split_name, epoch, values)
-        if writes:
+        if writes and self._deferred is None:
             self.record_keeper.save_records()
 
     def _update_best(self, split_name: str, epoch: int, values: Mapping[str, float]) -> None:
@@ -473,18 +546,26 @@ class HookContainer:
                 objects[name] = obj
         return objects
 
-    def _forget_after(self, epoch: int, objects: Mapping[str, Any], model_folder: PathLike) -> None:
-        """Discard records and checkpoint files from after ``epoch`` (an unfinished run)."""
-        self._best.clear()
-        if not is_main_process():
-            return
+    def _set_aside_after(self, epoch: int, names: list[str], model_folder: PathLike) -> None:
+        """Set aside accuracy records and checkpoint files of epochs after ``epoch``."""
         prefix = self.accuracy_group_name("")
         for group in self.record_keeper.groups():
             if group.startswith(prefix):
-                self.record_keeper.delete_after(group, epoch)
-        for name in objects:
-            self._prune(name, model_folder, "", lambda e: e > epoch)
-            self._prune(name, model_folder, "best", lambda e: e > epoch)
+                self.record_keeper.set_aside_after(group, epoch)
+        set_aside(files_after(model_folder, names, epoch), model_folder)
+
+    def _set_aside_everything(self, model_folder: PathLike) -> None:
+        """What ``start_fresh=True`` does: every record of this container's groups and
+        every checkpoint file of the folder move aside."""
+        self._best.clear()
+        if not is_main_process():
+            return
+        prefix = self.record_group_name_prefix
+        for group in self.record_keeper.groups():
+            if not prefix or group.startswith(f"{prefix}_"):
+                self.record_keeper.set_aside_after(group, None)
+        set_aside(checkpoint_files(model_folder), model_folder)
+        logger.info("Starting fresh: earlier checkpoints and records were set aside")
 
     @staticmethod
     def _prune(name: str, model_folder: PathLike, tag: str, remove: Callable[[int], bool]) -> None:

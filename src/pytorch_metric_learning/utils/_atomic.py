@@ -1,0 +1,96 @@
+"""Write a file so that a reader sees the old version or the new one, never half of either.
+
+The bytes go to a temporary file ``.<name>.<8 hex digits>.tmp`` in the target's folder
+(created with mode 0o666, so the umask applies exactly as for ``open``), are flushed and
+fsynced, and the temporary file is renamed over the target with :func:`os.replace`, which
+is atomic on POSIX and Windows. On any failure the temporary file is removed and the
+error is raised as :class:`~pytorch_metric_learning.errors.FileWriteError` naming the
+target. A process killed mid-write leaves its temporary file behind; the next successful
+save into that folder removes such leftovers (only names of this exact form whose target
+matches the caller's pattern, so no other file is ever touched).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import IO, Callable
+
+from ..errors import FileWriteError
+
+__all__ = ["write_atomically", "fsync_folder", "remove_leftovers", "write_error"]
+
+logger = logging.getLogger(__name__)
+
+_LEFTOVER = re.compile(r"\.(?P<target>.+)\.[A-Za-z0-9_]{8}\.tmp")
+
+
+def write_error(path: Path, error: BaseException, what: str = "file") -> FileWriteError:
+    """A :class:`FileWriteError` naming ``path`` and the cause, keeping its errno."""
+    message = f"Could not write the {what} {str(path)!r} ({error}); the previous version is intact."
+    wrapped = FileWriteError(message)
+    wrapped.errno = getattr(error, "errno", None)
+    return wrapped
+
+
+def write_atomically(path: Path, write: Callable[[IO[bytes]], object], what: str = "file") -> None:
+    """Write ``path`` with ``write(handle)`` through a synced temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        _unlink_quietly(tmp)
+        raise write_error(path, error, what) from error
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make the renames in ``folder`` durable.
+
+    Platforms that cannot open a folder (Windows) or fsync one (some file systems answer
+    EINVAL) are skipped; a real I/O error is raised as :class:`FileWriteError`.
+    """
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise write_error(folder, error, "folder") from error
+    finally:
+        os.close(fd)
+
+
+def remove_leftovers(folder: Path, target: re.Pattern[str]) -> list[Path]:
+    """Remove ``.<name>.<random>.tmp`` files of crashed saves whose ``<name>`` matches
+    ``target``; return what was removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            found = _LEFTOVER.fullmatch(entry.name)
+            if found and target.fullmatch(found["target"]) and entry.is_file(follow_symlinks=False):
+                _unlink_quietly(Path(entry.path))
+                removed.append(Path(entry.path))
+    if removed:
+        logger.info("Removed %d temporary files left by an interrupted save", len(removed))
+    return removed

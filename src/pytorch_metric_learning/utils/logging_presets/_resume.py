@@ -1,0 +1,132 @@
+"""Choose the checkpoint set to resume from, reading everything and changing nothing.
+
+An epoch's state is *committed* once every object's checkpoint is written and its
+validation accuracies are in the records (the hooks write the checkpoints first and commit
+the records after). Resume takes the newest committed set whose files all load; a set
+with a bad file is skipped with a warning naming the file. When the folder's objects are
+not the training state's objects, or records exist that no loadable set explains (a typo
+in the folder, every set damaged), resuming would lose or mix data, so it stops with a
+:class:`~pytorch_metric_learning.errors.ResumeError` before touching anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from ...errors import CorruptFileError, ResumeError
+from ..checkpoints import checkpoint_files, read_checkpoints, saved_suffixes
+
+__all__ = ["ResumePoint", "find_resume_point", "files_after"]
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+_EPOCH = re.compile(r".+_(?:best)?(\d+)\.pth")
+_FRESH = (
+    "Nothing was loaded, moved or deleted. Pass start_fresh=True to "
+    "load_latest_saved_models to set the old checkpoints and records aside (they are "
+    "moved, not deleted) and start at epoch 1."
+)
+
+
+@dataclass
+class ResumePoint:
+    """The epoch to resume after (0: nothing saved) and the states read for it."""
+
+    epoch: int = 0
+    suffix: str = ""
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def find_resume_point(
+    names: Sequence[str], folder: PathLike, recorded: Sequence[int], map_location: Any
+) -> ResumePoint:
+    """The newest committed, loadable checkpoint set of ``names`` in ``folder``.
+
+    Args:
+        names: the objects of the training state.
+        folder: the model folder.
+        recorded: the epochs of the validation records (empty: no records).
+        map_location: passed to ``torch.load``.
+
+    Raises:
+        ResumeError: the folder holds other objects than ``names``; or records or
+            complete sets exist but no set is committed and loadable.
+    """
+    files = checkpoint_files(folder)
+    _check_same_objects(names, files, folder)
+    candidates = _complete_sets(names, folder)
+    committed = [c for c in candidates if not recorded or c[0] in recorded]
+    for epoch, suffix in committed:
+        try:
+            return ResumePoint(epoch, suffix, read_checkpoints(names, folder, suffix, map_location))
+        except (CorruptFileError, FileNotFoundError) as error:
+            message = f"Skipping the checkpoint set of epoch {epoch} ({suffix}): {error}"
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            logger.warning(message)
+    if recorded or candidates:
+        raise ResumeError(_nothing_loadable(folder, files, recorded, candidates))
+    return ResumePoint()
+
+
+def files_after(folder: PathLike, names: Sequence[str], epoch: int) -> list[Path]:
+    """The checkpoint files of ``names`` (latest and best) of epochs after ``epoch``."""
+    if not names:
+        return []
+    pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")_(?:best)?(\d+)\.pth")
+    found = (pattern.fullmatch(p.name) for p in checkpoint_files(folder))
+    return [Path(folder) / m.group(0) for m in found if m and int(m.group(1)) > epoch]
+
+
+def _complete_sets(names: Sequence[str], folder: PathLike) -> list[tuple[int, str]]:
+    """(epoch, suffix) of every complete set, newest first, the latest set before the best."""
+    sets = [(e, str(e)) for e in saved_suffixes(folder, names)]
+    sets += [(e, f"best{e}") for e in saved_suffixes(folder, names, tag="best")]
+    return sorted(sets, key=lambda s: (s[0], not s[1].startswith("best")), reverse=True)
+
+
+def _epochs(files: Sequence[Path]) -> list[int]:
+    return sorted({int(m.group(1)) for m in (_EPOCH.fullmatch(p.name) for p in files) if m})
+
+
+def _check_same_objects(names: Sequence[str], files: Sequence[Path], folder: PathLike) -> None:
+    if not files:
+        return
+    patterns = {n: re.compile(re.escape(n) + r"_(?:best)?\d+\.pth") for n in names}
+    owners = {n for n in names for p in files if patterns[n].fullmatch(p.name)}
+    others = sorted(
+        {
+            p.name.rsplit("_", 1)[0]
+            for p in files
+            if not any(x.fullmatch(p.name) for x in patterns.values())
+        }
+    )
+    missing = [n for n in names if n not in owners]
+    if not missing and not others:
+        return
+    raise ResumeError(
+        f"Cannot resume from the model folder {str(folder)!r}: it holds checkpoints of "
+        f"epochs {_epochs(files)} whose objects differ from the training state's. "
+        f"Objects of the training state with no checkpoint: {missing}; checkpoints with "
+        f"no object in the training state (file names without the epoch): {others}. "
+        "Give the training state the objects of the saved run. " + _FRESH
+    )
+
+
+def _nothing_loadable(
+    folder: PathLike, files: Sequence[Path], recorded: Sequence[int], sets: Sequence[Any]
+) -> str:
+    found = f"checkpoint files of epochs {_epochs(files)}" if files else "no checkpoint files"
+    return (
+        f"Cannot resume from the model folder {str(folder)!r}: it has {found}, and no "
+        f"complete, loadable checkpoint set of an epoch the records hold (complete sets: "
+        f"{[suffix for _, suffix in sets]}; recorded validation epochs: {list(recorded)}). "
+        "Check the folder name (a typo gives an empty folder). " + _FRESH
+    )
