@@ -49,12 +49,23 @@ def write_atomically(path: Path, write: Callable[[IO[bytes]], object], what: str
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except OSError as error:
+    except BaseException as error:
         _unlink_quietly(tmp)
-        raise write_error(path, error, what) from error
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
+        cause = _os_error_in(error)
+        if cause is None:
+            raise
+        raise write_error(path, cause, what) from error
+
+
+def _os_error_in(error: BaseException | None) -> OSError | None:
+    """The OSError behind ``error``: torch.save, say, turns a failed write into a
+    RuntimeError raised while it cleans up, with the OSError as its context."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, OSError):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -69,7 +69,7 @@ def find_resume_point(
             return ResumePoint(epoch, suffix, read_checkpoints(names, folder, suffix, map_location))
         except (CorruptFileError, FileNotFoundError) as error:
             message = f"Skipping the checkpoint set of epoch {epoch} ({suffix}): {error}"
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
             logger.warning(message)
     if recorded or candidates:
         raise ResumeError(_nothing_loadable(folder, files, recorded, candidates))

@@ -1,0 +1,142 @@
+"""A tiny training run whose state is known at every epoch, and the checks that a crash of
+it lost nothing. Shared by the fault-injection and kill -9 suites.
+
+The trunk's weights are filled with the epoch number before each epoch's save, and the
+validation accuracy of an epoch is a fixed function of it, so every file and record can be
+checked against a plain, independent expectation.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sqlite3
+from pathlib import Path
+
+import torch
+from hook_fakes import PRIMARY_KEY, ScriptedTester
+
+from pytorch_metric_learning.utils import logging_presets
+
+ITERATIONS_PER_EPOCH = 2
+
+
+def accuracy(epoch: int) -> float:
+    """Rises and falls, with new bests at epochs 1, 3, 7 and 9 and a tie at 5."""
+    return [0.3, 0.2, 0.6, 0.5, 0.6, 0.4, 0.9, 0.8, 0.95, 0.1, 0.3, 0.8][(epoch - 1) % 12]
+
+
+def expected_best(last_epoch: int) -> int:
+    """The first epoch whose accuracy is strictly greater than every earlier one's."""
+    best = 1
+    for epoch in range(2, last_epoch + 1):
+        if accuracy(epoch) > accuracy(best):
+            best = epoch
+    return best
+
+
+class Run:
+    """One training process: record keeper, hooks, state and epoch hook on ``root``."""
+
+    def __init__(self, root: Path, patience: int | None = None) -> None:
+        self.root = root
+        self.model_folder = root / "models"
+        self.keeper, _, _ = logging_presets.get_record_keeper(root / "logs")
+        self.hooks = logging_presets.get_hook_container(self.keeper, log_freq=1)
+        trunk = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(trunk.parameters(), lr=0.1, momentum=0.9)
+        self.state = logging_presets.TrainingState(
+            models={"trunk": trunk},
+            optimizers={"trunk_optimizer": optimizer},
+            lr_schedulers={"trunk_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 2)},
+        )
+        self.tester = ScriptedTester(lambda e: {PRIMARY_KEY: accuracy(e)})
+        self.end_of_epoch = self.hooks.end_of_epoch_hook(
+            self.tester, {"val": None}, self.model_folder, patience=patience
+        )
+
+    def resume(self) -> int:
+        return self.hooks.load_latest_saved_models(self.state, self.model_folder)
+
+    def epoch(self, epoch: int) -> bool:
+        """Run one epoch: two iterations (recorded losses), then the epoch hook."""
+        self.state.epoch = epoch
+        trunk = self.state.models["trunk"]
+        for i in range(ITERATIONS_PER_EPOCH):
+            self.state.global_iteration = (epoch - 1) * ITERATIONS_PER_EPOCH + i
+            self.state.losses = {"loss": 100.0 * epoch + i}
+            self.hooks.end_of_iteration_hook(self.state)
+        with torch.no_grad():
+            trunk.weight.fill_(float(epoch))
+        self.state.optimizers["trunk_optimizer"].step()
+        self.state.lr_schedulers["trunk_scheduler"].step()
+        return self.end_of_epoch(self.state)
+
+    def train(self, last_epoch: int) -> int:
+        start = self.resume()
+        for epoch in range(start, last_epoch + 1):
+            self.epoch(epoch)
+        return start
+
+    def close(self) -> None:
+        self.keeper.close()
+
+
+def sqlite_rows(root: Path, group: str) -> list[tuple[str, int, float]]:
+    """(name, step, value) of a group, read with plain sqlite3."""
+    with sqlite3.connect(root / "logs" / "records.db") as conn:
+        sql = "SELECT name, step, value FROM records WHERE record_group = ? ORDER BY name, step"
+        return conn.execute(sql, (group,)).fetchall()
+
+
+def csv_rows(path: Path) -> list[tuple[int, float]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))[1:]
+    return [(int(step), float(value)) for step, value in rows]
+
+
+def assert_csv_matches_sqlite(root: Path) -> None:
+    """Every (group, name) of SQLite has a CSV file with exactly its rows, and back."""
+    with sqlite3.connect(root / "logs" / "records.db") as conn:
+        rows = conn.execute("SELECT record_group, name, step, value FROM records").fetchall()
+    expected: dict[Path, list[tuple[int, float]]] = {}
+    for group, name, step, value in rows:
+        path = root / "logs" / group / f"{name}.csv"
+        expected.setdefault(path, []).append((step, math.nan if value is None else value))
+    found = {p: csv_rows(p) for p in (root / "logs").rglob("*.csv")}
+    assert found == {p: sorted(v) for p, v in expected.items()}
+
+
+def assert_no_temp_files(root: Path) -> None:
+    assert [p for p in root.rglob("*.tmp")] == []
+
+
+def assert_state_is_epoch(run: Run, epoch: int) -> None:
+    assert torch.equal(run.state.models["trunk"].weight, torch.full((2, 3), float(epoch)))
+
+
+def assert_recovered(root: Path) -> tuple[int, int | None]:
+    """After any crash: a new process resumes where the records end, the records hold each
+    epoch once with its true value, CSV equals SQLite, and the best epoch the records name
+    is the best checkpoint that loads. Returns (last committed epoch, best epoch)."""
+    run = Run(root)
+    start = run.resume()
+    last = start - 1
+    accuracies = [r for r in sqlite_rows(root, "accuracies_val") if r[0] == PRIMARY_KEY]
+    assert accuracies == [(PRIMARY_KEY, e, accuracy(e)) for e in range(1, last + 1)]
+    losses = sqlite_rows(root, "loss_histories")
+    steps = [step for _, step, _ in losses]
+    assert len(steps) == len(set(steps))
+    assert all(value == 100.0 * (step // 2 + 1) + step % 2 for _, step, value in losses)
+    assert_csv_matches_sqlite(root)
+    if last:
+        assert_state_is_epoch(run, last)
+    best_epoch, _ = run.hooks.get_best_epoch_and_accuracy(None, "val")
+    assert best_epoch == (expected_best(last) if last else None)
+    if best_epoch is not None:
+        fresh = Run(root / "elsewhere")
+        assert run.hooks.load_best_saved_models(fresh.state, run.model_folder) == best_epoch
+        assert_state_is_epoch(fresh, best_epoch)
+        fresh.close()
+    run.close()
+    return last, best_epoch
