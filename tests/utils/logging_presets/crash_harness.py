@@ -22,8 +22,10 @@ ITERATIONS_PER_EPOCH = 2
 
 
 def accuracy(epoch: int) -> float:
-    """Rises and falls, with new bests at epochs 1, 3, 7 and 9 and a tie at 5."""
-    return [0.3, 0.2, 0.6, 0.5, 0.6, 0.4, 0.9, 0.8, 0.95, 0.1, 0.3, 0.8][(epoch - 1) % 12]
+    """Rises and falls: new bests at epochs 1, 3, 7 and 9, a tie at 5, then now and then."""
+    if epoch <= 12:
+        return [0.3, 0.2, 0.6, 0.5, 0.6, 0.4, 0.9, 0.8, 0.95, 0.1, 0.3, 0.8][epoch - 1]
+    return 0.9 + ((epoch * 37) % 17) / 170 + epoch / 1e5
 
 
 def expected_best(last_epoch: int) -> int:
