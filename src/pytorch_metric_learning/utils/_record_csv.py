@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ._atomic import remove_leftovers, write_atomically, write_error
 
-__all__ = ["csv_text", "append_rows", "rewrite_file"]
+__all__ = ["csv_text", "append_rows", "rewrite_file", "remove_csv_leftovers"]
 
 _CSV_FILE = re.compile(r".+\.csv")
 
@@ -46,8 +46,12 @@ def append_rows(path: Path, header: Sequence[str], rows: Sequence[tuple[int, flo
 
 
 def rewrite_file(path: Path, header: Sequence[str], rows: Iterable[tuple[int, float]]) -> None:
-    """Replace a metric's file by ``header`` and ``rows`` (atomically), then remove the
-    temporary files that earlier interrupted saves left in its folder."""
+    """Replace a metric's file by ``header`` and ``rows``, atomically."""
     data = csv_text(rows, header).encode("utf-8")
     write_atomically(path, lambda handle: handle.write(data), "CSV file")
-    remove_leftovers(path.parent, _CSV_FILE)
+
+
+def remove_csv_leftovers(folders: Iterable[Path]) -> None:
+    """Remove the temporary CSV files that interrupted saves left in ``folders``."""
+    for folder in set(folders):
+        remove_leftovers(folder, _CSV_FILE)

@@ -44,7 +44,7 @@ import torch
 from .._validation import invalid
 from ..errors import BackendNotInstalledError, CorruptFileError, FileWriteError, InvalidTypeError
 from ._atomic import write_error
-from ._record_csv import append_rows, rewrite_file
+from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file
 
 __all__ = ["Record", "SQLiteManager", "RecordKeeper", "make_tensorboard_writer", "safe_file_name"]
 
@@ -534,6 +534,7 @@ class RecordKeeper:
             if done:
                 self.sqlite_manager.csv_done(done)
                 self._stale.difference_update(done)
+                remove_csv_leftovers(self.csv_path(*pair).parent for pair in done)
 
     def _write_csv(self, pair: tuple[str, str], new_rows: list[tuple[int, float]] | None) -> None:
         group, name = pair

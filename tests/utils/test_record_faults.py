@@ -1,0 +1,148 @@
+"""Records survive failed writes (a real SQLITE_FULL, failing CSV writes) and bad input
+gets the library's errors naming the argument or the file."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from pytorch_metric_learning.errors import CorruptFileError, FileWriteError, InvalidTypeError
+from pytorch_metric_learning.utils import _record_csv
+from pytorch_metric_learning.utils.record_keeping import RecordKeeper, SQLiteManager
+
+
+def sqlite_rows(path: Path) -> list[tuple[str, str, int, float]]:
+    with sqlite3.connect(path) as conn:
+        sql = "SELECT record_group, name, step, value FROM records ORDER BY 1, 2, 3"
+        return conn.execute(sql).fetchall()
+
+
+def csv_rows(folder: Path) -> list[tuple[str, str, int, float]]:
+    rows = []
+    for path in sorted(folder.rglob("*.csv")):
+        with open(path, newline="", encoding="utf-8") as handle:
+            header, *body = list(csv.reader(handle))
+        rows += [(path.parent.name, header[1], int(s), float(v)) for s, v in body]
+    return sorted(rows)
+
+
+def fill(keeper: RecordKeeper, steps: range) -> None:
+    for step in steps:
+        keeper.update_records({"loss": step / 2, "acc": step / 10}, step, "g")
+
+
+def test_defect3_queue_survives_a_full_database(tmp_path: Path) -> None:
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(3))
+    keeper.save_records()
+    (pages,) = keeper.sqlite_manager.query("PRAGMA page_count")[0].values()
+    keeper.sqlite_manager.query(f"PRAGMA max_page_count = {pages}")  # the disk is now full
+    fill(keeper, range(3, 400))
+    with pytest.raises(FileWriteError, match="records.db") as caught:
+        keeper.save_records()
+    assert caught.value.errno == errno.ENOSPC and isinstance(caught.value, OSError)
+    assert len(sqlite_rows(tmp_path / "records.db")) == 6  # nothing half-written
+    assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")
+    keeper.sqlite_manager.query("PRAGMA max_page_count = 1000000")  # space is freed
+    keeper.save_records()
+    expected = sorted(
+        [("g", "acc", s, s / 10) for s in range(400)]
+        + [("g", "loss", s, s / 2) for s in range(400)]
+    )
+    assert sqlite_rows(tmp_path / "records.db") == expected
+    assert csv_rows(tmp_path) == expected
+
+
+@pytest.mark.parametrize("failing", ["append", "replace"])
+def test_defect3_csv_failure_is_completed_by_the_next_save(
+    tmp_path: Path, monkeypatch, failing: str
+) -> None:
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(3))
+    keeper.save_records()
+    fill(keeper, range(3, 6))
+    keeper.update_records({"acc": 9.0}, 1, "g")  # a repeated step: the file is rebuilt
+
+    def broken(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if failing == "append":
+        monkeypatch.setattr(_record_csv, "open", broken, raising=False)
+    else:
+        monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(FileWriteError, match=r"\.csv"):
+        keeper.save_records()
+    monkeypatch.undo()
+    fill(keeper, range(6, 7))
+    keeper.save_records()
+    assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")
+    assert [p for p in tmp_path.rglob("*.tmp")] == []
+    assert ("g", "acc", 1, 9.0) in csv_rows(tmp_path)
+
+
+def test_defect3_a_new_keeper_completes_csv_files_after_a_crash(
+    tmp_path: Path, monkeypatch
+) -> None:
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(2))
+    keeper.save_records()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the process dies after SQLite committed
+
+    monkeypatch.setattr(_record_csv, "open", killed, raising=False)
+    fill(keeper, range(2, 5))
+    with pytest.raises(KeyboardInterrupt):
+        keeper.save_records()
+    monkeypatch.undo()
+    keeper.sqlite_manager.close()
+    assert csv_rows(tmp_path) != sqlite_rows(tmp_path / "records.db")
+    RecordKeeper(tmp_path).close()
+    assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")
+    assert len(csv_rows(tmp_path)) == 10
+
+
+def test_repeated_steps_are_never_duplicated_and_old_values_are_kept(tmp_path: Path) -> None:
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(4))
+    keeper.save_records()
+    keeper.update_records({"loss": 7.0}, 2, "g")
+    keeper.update_records({"loss": 8.0}, 2, "g")
+    keeper.save_records()
+    assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")
+    assert ("g", "loss", 2, 8.0) in csv_rows(tmp_path)
+    old = keeper.sqlite_manager.query("SELECT value FROM superseded_records WHERE step = 2")
+    assert old == [{"value": 1.0}]
+
+
+@pytest.mark.parametrize("step", ["abc", 2.7, 2.0, None, True, [1]])
+def test_defect8_step_must_be_an_int(tmp_path: Path, step: object) -> None:
+    keeper = RecordKeeper(tmp_path)
+    with pytest.raises(InvalidTypeError, match="'step' parameter .* must be an int"):
+        keeper.update_records({"loss": 1.0}, step, "g")  # type: ignore[arg-type]
+    keeper.save_records()
+    assert sqlite_rows(tmp_path / "records.db") == []
+
+
+def test_numpy_integer_steps_are_accepted(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    keeper = RecordKeeper(tmp_path)
+    keeper.update_records({"loss": 1.0}, np.int64(3), "g")
+    keeper.save_records()
+    assert sqlite_rows(tmp_path / "records.db") == [("g", "loss", 3, 1.0)]
+
+
+@pytest.mark.parametrize(
+    "content", [b"this is not a database" * 50, b"SQLite format 3\x00" + b"\xff" * 200]
+)
+def test_defect8_corrupt_database_error_names_the_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "records.db"
+    path.write_bytes(content)
+    with pytest.raises(CorruptFileError, match="records.db"):
+        SQLiteManager(path)
+    assert path.read_bytes() == content
