@@ -208,15 +208,17 @@ class SQLiteManager:
     def __repr__(self) -> str:
         return f"SQLiteManager({str(self.path)!r})"
 
-    def write(
+    def write(self, records: Sequence[Record], step_names: Mapping[str, str] | None = None) -> None:
+        """Insert or replace records in one transaction (a replaced row is kept in
+        ``superseded_records``); ``step_names`` gives each new group's CSV step header."""
+        self.write_rows(records, step_names)
+
+    def write_rows(
         self, records: Sequence[Record], step_names: Mapping[str, str] | None = None
     ) -> set[tuple[str, str]]:
-        """Insert or replace records in one transaction; return the (group, name) pairs
-        whose CSV file must be rebuilt rather than appended to.
-
-        A replaced row is kept in ``superseded_records``. Every pair written is marked in
-        ``csv_pending`` until :meth:`csv_done` clears it.
-        """
+        """:meth:`write`, returning the (group, name) pairs whose CSV file must be rebuilt
+        rather than appended to. Every pair written is marked in ``csv_pending`` until
+        :meth:`csv_done` clears it."""
         records = list({(r.group, r.name, r.step): r for r in records}.values())
         now = time.time()
         with self._transaction() as conn:
@@ -472,7 +474,9 @@ class RecordKeeper:
         """
         pending, self._pending = self._pending, []
         try:
-            rebuild = self.sqlite_manager.write(pending, self._step_names) if pending else set()
+            rebuild = (
+                self.sqlite_manager.write_rows(pending, self._step_names) if pending else set()
+            )
         except BaseException:
             self._pending = pending + self._pending
             raise
