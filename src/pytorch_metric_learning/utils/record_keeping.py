@@ -197,13 +197,17 @@ class SQLiteManager:
         conn = self._conn
         try:
             yield conn
-            conn.commit()
+            self._commit(conn)
         except BaseException as error:
             with contextlib.suppress(sqlite3.Error):
                 conn.rollback()
             if isinstance(error, sqlite3.Error) and is_file_failure(error):
                 raise sqlite_error(self.path, error) from error
             raise
+
+    @staticmethod
+    def _commit(conn: sqlite3.Connection) -> None:
+        conn.commit()
 
     def __repr__(self) -> str:
         return f"SQLiteManager({str(self.path)!r})"

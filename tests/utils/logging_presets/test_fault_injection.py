@@ -47,13 +47,13 @@ class Injector:
             lambda *a, **k: _Handle(original_open(*a, **k), self),
             raising=False,
         )
-        original_transaction = SQLiteManager._transaction
+        original_commit = SQLiteManager._commit
 
-        def transaction(manager: SQLiteManager) -> Any:
+        def commit(conn: sqlite3.Connection) -> None:
             self.tick("sqlite commit")
-            return original_transaction(manager)
+            original_commit(conn)
 
-        monkeypatch.setattr(SQLiteManager, "_transaction", transaction)
+        monkeypatch.setattr(SQLiteManager, "_commit", staticmethod(commit))
 
     def tick(self, what: str) -> None:
         self.calls.append(what)
