@@ -73,3 +73,41 @@ def test_kill_9_at_random_moments_loses_nothing(folder: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert_no_temp_files(folder)
     assert assert_recovered(folder) == (committed + 3, expected_best(committed + 3))
+
+
+EXAMPLE = Path(__file__).parents[3] / "docs" / "examples" / "plain_training_loop.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kill_9_of_the_documented_example_then_resume(tmp_path: Path, seed: int) -> None:
+    """The real script of docs/examples, killed once mid-training, then run to the end."""
+    import runpy
+    import sqlite3
+    import subprocess
+
+    from crash_harness import assert_csv_matches_sqlite
+
+    process = subprocess.Popen([sys.executable, str(EXAMPLE), str(tmp_path)])
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "logs" / "records.db").exists() and time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    time.sleep(random.Random(seed).uniform(0.0, 1.5))
+    process.kill()
+    process.wait()
+
+    hooks = runpy.run_path(str(EXAMPLE))["main"](tmp_path, num_epochs=6, patience=None)
+    history = hooks.get_accuracy_history(None, "val")
+    assert history["epoch"] == [1, 2, 3, 4, 5, 6]
+    with sqlite3.connect(tmp_path / "logs" / "records.db") as conn:
+        sql = "SELECT count(*), count(DISTINCT step) FROM records WHERE name = 'metric_loss'"
+        (total, distinct) = conn.execute(sql).fetchone()
+    assert total == distinct == 6 * 4
+    assert_csv_matches_sqlite(tmp_path)
+    assert_no_temp_files(tmp_path)
+    best_epoch, best = hooks.get_best_epoch_and_accuracy(None, "val")
+    assert best == max(history["precision_at_1_level0"])
+    saved = sorted(p.name for p in (tmp_path / "saved_models").glob("*best*.pth"))
+    assert saved == [f"trunk_best{best_epoch}.pth", f"trunk_optimizer_best{best_epoch}.pth"]
