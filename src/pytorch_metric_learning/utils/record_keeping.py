@@ -24,7 +24,6 @@ from SQLite by the next save.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import logging
 import math
@@ -42,43 +41,15 @@ from typing import Any, NamedTuple, Union
 import torch
 
 from .._validation import invalid
-from ..errors import BackendNotInstalledError, CorruptFileError, FileWriteError, InvalidTypeError
-from ._atomic import write_error
+from ..errors import BackendNotInstalledError, FileWriteError, InvalidTypeError
 from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file
+from ._records_db import SET_ASIDE, UPSERT, is_file_failure, open_database, sqlite_error
 
 __all__ = ["Record", "SQLiteManager", "RecordKeeper", "make_tensorboard_writer", "safe_file_name"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 logger = logging.getLogger(__name__)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS records (
-    record_group TEXT NOT NULL,
-    name TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    value REAL,
-    wall_time REAL NOT NULL,
-    PRIMARY KEY (record_group, name, step)
-)
-"""
-_MORE_TABLES = (
-    """CREATE TABLE IF NOT EXISTS superseded_records (
-        record_group TEXT NOT NULL, name TEXT NOT NULL, step INTEGER NOT NULL,
-        value REAL, wall_time REAL NOT NULL, superseded_at REAL NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS record_groups (
-        record_group TEXT PRIMARY KEY, step_name TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS csv_pending (
-        record_group TEXT NOT NULL, name TEXT NOT NULL, PRIMARY KEY (record_group, name))""",
-)
-_SET_ASIDE = (
-    "INSERT INTO superseded_records SELECT record_group, name, step, value, wall_time, ? "
-    "FROM records WHERE record_group = ? AND name = ? AND step = ?"
-)
-_UPSERT = (
-    "INSERT INTO records (record_group, name, step, value, wall_time) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (record_group, name, step) DO UPDATE "
-    "SET value = excluded.value, wall_time = excluded.wall_time"
-)
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_\-]{1,100}")
 
 
@@ -110,51 +81,6 @@ def safe_file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-]", "_", name)[:80] + "-" + digest
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    """A connection in WAL mode: a commit is atomic and survives a crash of the process
-    without an fsync per commit (a power cut may lose the last commits, never the file)."""
-    conn = sqlite3.connect(path, timeout=30)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        for statement in (_SCHEMA, *_MORE_TABLES):
-            conn.execute(statement)
-        conn.commit()
-    except sqlite3.Error as error:
-        conn.close()
-        raise sqlite_error(path, error) from error
-    return conn
-
-
-# SQLite result codes (the low byte of sqlite_errorcode) that mean the file, not the SQL.
-_CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
-_FILE_CODES = {5, 6, 8, 10, 13, 14, *_CORRUPT_CODES}  # BUSY, LOCKED, READONLY, IOERR, FULL, ...
-_FILE_MESSAGES = ("not a database", "malformed", "disk is full", "disk i/o", "readonly")
-
-
-def is_file_failure(error: sqlite3.Error) -> bool:
-    """Whether a SQLite error is about the database file (full, damaged, unwritable)."""
-    code = getattr(error, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in _FILE_CODES
-    return any(text in str(error).lower() for text in _FILE_MESSAGES)
-
-
-def sqlite_error(path: Path, error: sqlite3.Error) -> Exception:
-    """The library's error for a failure of the database file, naming it."""
-    code = getattr(error, "sqlite_errorcode", 0) & 0xFF
-    text = str(error).lower()
-    if code in _CORRUPT_CODES or "not a database" in text or "malformed" in text:
-        return CorruptFileError(
-            f"The records database {str(path)!r} cannot be read ({error}); it is damaged or "
-            "not a SQLite file. Move it aside (or pass another folder) to keep new records."
-        )
-    wrapped = write_error(path, error, "records database")
-    if code == 13 or "full" in text:
-        wrapped.errno = errno.ENOSPC
-    return wrapped
-
-
 def _as_float(value: Any) -> float:
     return math.nan if value is None else float(value)
 
@@ -179,7 +105,7 @@ class SQLiteManager:
     def __init__(self, path: PathLike) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn: sqlite3.Connection | None = _open(self.path)
+        self._conn: sqlite3.Connection | None = open_database(self.path)
         self._finalizer = weakref.finalize(self, self._conn.close)
 
     def close(self) -> None:
@@ -192,7 +118,7 @@ class SQLiteManager:
         """The connection, committing on success and rolling back on error; a failure of
         the database file itself is raised as the library's error naming the file."""
         if self._conn is None:
-            self._conn = _open(self.path)
+            self._conn = open_database(self.path)
             self._finalizer = weakref.finalize(self, self._conn.close)
         conn = self._conn
         try:
@@ -230,8 +156,8 @@ class SQLiteManager:
             replaced = [
                 (now, r.group, r.name, r.step) for r in records if (r.group, r.name) in rebuild
             ]
-            conn.executemany(_SET_ASIDE, replaced)
-            conn.executemany(_UPSERT, [tuple(r) for r in records])
+            conn.executemany(SET_ASIDE, replaced)
+            conn.executemany(UPSERT, [tuple(r) for r in records])
             pairs = sorted({(r.group, r.name) for r in records})
             conn.executemany("INSERT OR IGNORE INTO csv_pending VALUES (?, ?)", pairs)
             groups = sorted({(g, (step_names or {}).get(g, "step")) for g, _ in pairs})

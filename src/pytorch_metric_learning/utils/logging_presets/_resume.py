@@ -21,9 +21,16 @@ from pathlib import Path
 from typing import Any, Union
 
 from ...errors import CorruptFileError, ResumeError
-from ..checkpoints import checkpoint_files, read_checkpoints, saved_suffixes
+from ..checkpoints import checkpoint_files, read_checkpoints, saved_suffixes, set_aside
+from ..record_keeping import RecordKeeper
 
-__all__ = ["ResumePoint", "find_resume_point", "files_after"]
+__all__ = [
+    "ResumePoint",
+    "find_resume_point",
+    "files_after",
+    "set_aside_after",
+    "set_aside_everything",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +90,28 @@ def files_after(folder: PathLike, names: Sequence[str], epoch: int) -> list[Path
     pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")_(?:best)?(\d+)\.pth")
     found = (pattern.fullmatch(p.name) for p in checkpoint_files(folder))
     return [Path(folder) / m.group(0) for m in found if m and int(m.group(1)) > epoch]
+
+
+def set_aside_after(
+    keeper: RecordKeeper, prefix: str, epoch: int, names: Sequence[str], folder: PathLike
+) -> None:
+    """Set aside the records of the groups starting with ``prefix`` and the checkpoint
+    files of ``names`` of epochs after ``epoch`` (rows to ``superseded_records``, files to
+    ``<folder>/superseded/``)."""
+    for group in keeper.groups():
+        if group.startswith(prefix):
+            keeper.set_aside_after(group, epoch)
+    set_aside(files_after(folder, names, epoch), folder)
+
+
+def set_aside_everything(keeper: RecordKeeper, prefix: str, folder: PathLike) -> None:
+    """What ``start_fresh=True`` does: every record of the groups starting with ``prefix``
+    and every checkpoint file of ``folder`` move aside."""
+    for group in keeper.groups():
+        if group.startswith(prefix):
+            keeper.set_aside_after(group, None)
+    set_aside(checkpoint_files(folder), folder)
+    logger.info("Starting fresh: earlier checkpoints and records were set aside")
 
 
 def _complete_sets(names: Sequence[str], folder: PathLike) -> list[tuple[int, str]]:

@@ -11,18 +11,16 @@ from ..._validation import check_positive_int, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..checkpoints import (
     apply_checkpoints,
-    checkpoint_files,
     delete_checkpoints,
     load_checkpoints,
     save_checkpoints,
     saved_epochs,
     saved_suffixes,
-    set_aside,
     unwrap_model,
 )
 from ..record_keeping import RecordKeeper
 from ._rank import is_main_process
-from ._resume import files_after, find_resume_point
+from ._resume import find_resume_point, set_aside_after, set_aside_everything
 from .metric_keys import is_better, numeric_accuracies, resolve_metric_key
 
 __all__ = ["HookContainer"]
@@ -303,7 +301,12 @@ class HookContainer:
         """
         objects = self._saveable(trainer)
         if start_fresh:
-            self._set_aside_everything(model_folder)
+            self._best.clear()
+            if is_main_process():
+                prefix = self.record_group_name_prefix
+                set_aside_everything(
+                    self.record_keeper, f"{prefix}_" if prefix else "", model_folder
+                )
             return 1
         group = self.accuracy_group_name(self.validation_split_name)
         recorded = self.record_keeper.history(group, [])[0]
@@ -312,7 +315,8 @@ class HookContainer:
             apply_checkpoints(objects, point.states)
         self._best.clear()
         if self.do_save_models and is_main_process():
-            self._set_aside_after(point.epoch, list(objects), model_folder)
+            prefix = self.accuracy_group_name("")
+            set_aside_after(self.record_keeper, prefix, point.epoch, list(objects), model_folder)
         logger.info("Resuming at epoch %d", point.epoch + 1)
         return point.epoch + 1
 
@@ -545,27 +549,6 @@ class HookContainer:
                     raise invalid("trainer", _OWNER, "objects with distinct names", name)
                 objects[name] = obj
         return objects
-
-    def _set_aside_after(self, epoch: int, names: list[str], model_folder: PathLike) -> None:
-        """Set aside accuracy records and checkpoint files of epochs after ``epoch``."""
-        prefix = self.accuracy_group_name("")
-        for group in self.record_keeper.groups():
-            if group.startswith(prefix):
-                self.record_keeper.set_aside_after(group, epoch)
-        set_aside(files_after(model_folder, names, epoch), model_folder)
-
-    def _set_aside_everything(self, model_folder: PathLike) -> None:
-        """What ``start_fresh=True`` does: every record of this container's groups and
-        every checkpoint file of the folder move aside."""
-        self._best.clear()
-        if not is_main_process():
-            return
-        prefix = self.record_group_name_prefix
-        for group in self.record_keeper.groups():
-            if not prefix or group.startswith(f"{prefix}_"):
-                self.record_keeper.set_aside_after(group, None)
-        set_aside(checkpoint_files(model_folder), model_folder)
-        logger.info("Starting fresh: earlier checkpoints and records were set aside")
 
     @staticmethod
     def _prune(name: str, model_folder: PathLike, tag: str, remove: Callable[[int], bool]) -> None:
