@@ -6,6 +6,11 @@ that object for a hand-written loop. Run it twice with the same folder and the s
 resumes after the last saved epoch::
 
     python docs/examples/plain_training_loop.py /tmp/pml_example
+
+Resuming refuses (``ResumeError``, every file untouched) when the folder's checkpoints are
+of other objects or the records have no matching checkpoint; to start over in the same
+folder, call ``hooks.load_latest_saved_models(state, folder, start_fresh=True)``, which
+moves the old checkpoints and records aside.
 """
 
 from __future__ import annotations

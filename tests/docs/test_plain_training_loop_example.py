@@ -46,3 +46,41 @@ def test_example_as_a_script(tmp_path: Path, monkeypatch, capsys) -> None:
     out = capsys.readouterr().out
     assert out.startswith("best epoch ") and "NMI_level0" in out
     assert (tmp_path / "logs" / "records.db").exists()
+
+
+def folder_snapshot(root: Path) -> tuple[dict[str, bytes], list[tuple]]:
+    """The checkpoint and CSV files' bytes and the records, read with plain sqlite3."""
+    import sqlite3
+
+    files = {str(p): p.read_bytes() for p in root.rglob("*") if p.suffix in (".pth", ".csv")}
+    with sqlite3.connect(root / "logs" / "records.db") as conn:
+        rows = sorted(conn.execute("SELECT record_group, name, step, value FROM records"))
+    return files, rows
+
+
+def test_example_folder_survives_a_wrong_resume(tmp_path: Path, example: dict) -> None:
+    """Issue 12, defects 1 and 2, as reported: an extra scheduler, then a typo'd folder."""
+    import torch
+
+    from pytorch_metric_learning.errors import ResumeError
+    from pytorch_metric_learning.utils import logging_presets
+
+    example["main"](tmp_path, num_epochs=3, patience=None)
+    before = folder_snapshot(tmp_path)
+    record_keeper, _, _ = logging_presets.get_record_keeper(tmp_path / "logs")
+    hooks = logging_presets.get_hook_container(record_keeper, primary_metric="precision_at_1")
+    trunk = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.Adam(trunk.parameters(), lr=0.05)
+    state = logging_presets.TrainingState(
+        models={"trunk": trunk},
+        optimizers={"trunk_optimizer": optimizer},
+        lr_schedulers={"s": torch.optim.lr_scheduler.StepLR(optimizer, 1)},
+    )
+    with pytest.raises(ResumeError, match=r"\['s'\]"):
+        hooks.load_latest_saved_models(state, tmp_path / "saved_models")
+    state.lr_schedulers = {}
+    with pytest.raises(ResumeError, match="saved_modles"):
+        hooks.load_latest_saved_models(state, tmp_path / "saved_modles")
+    record_keeper.close()
+    assert folder_snapshot(tmp_path) == before
+    assert hooks.get_accuracy_history(None, "val")["epoch"] == [1, 2, 3]
