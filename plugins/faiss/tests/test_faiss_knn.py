@@ -223,6 +223,21 @@ def test_factory_string_is_kept_as_index_string() -> None:
     assert isinstance(faiss.downcast_index(knn.index), faiss.IndexHNSWFlat)
 
 
+def test_distance_names_the_metric_of_the_index() -> None:
+    assert FaissKNN().distance.power == 2 and not FaissKNN().distance.is_inverted
+    assert FaissKNN(index_init_fn=faiss.IndexFlatIP).distance is None  # not built yet
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    knn.index = faiss.IndexFlatIP(3)
+    assert knn.distance.is_inverted and not knn.distance.normalize_embeddings
+    reference, query = _data(0, 12, 3), _data(1, 4, 3)
+    knn.add(reference)
+    # the distance object reproduces the values and order the index returns
+    distances, indices = knn(query, 3)
+    expected = CustomKNN(knn.distance)(query, 3, reference)
+    assert torch.equal(indices, expected[1])
+    torch.testing.assert_close(distances, expected[0], rtol=1e-4, atol=1e-4)
+
+
 def test_train_and_add_take_numpy_arrays_as_2x_did() -> None:
     reference = _data(0, 9, 3)
     knn = FaissKNN(reset_before=False, reset_after=False)

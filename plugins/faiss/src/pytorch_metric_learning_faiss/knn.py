@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from pytorch_metric_learning._validation import check_embeddings, check_positive_int, invalid
+from pytorch_metric_learning.distances import BaseDistance, DotProductSimilarity, LpDistance
 from pytorch_metric_learning.errors import (
     BackendRuntimeError,
     InvalidArgumentError,
@@ -128,6 +129,24 @@ class FaissKNN:
         self._index = index
         if index is not None:
             self._apply_search_params()
+
+    @property
+    def distance(self) -> BaseDistance | None:
+        """The distance the index ranks by, as a distance object; None when it cannot be told.
+
+        Squared Euclidean for the default and factory-string indices (and any L2 index),
+        the raw dot product for an inner-product index; None for an ``index_init_fn``
+        that has not built an index yet or an index with another metric.
+
+        Example:
+            >>> FaissKNN().distance
+            LpDistance(normalize_embeddings=False, p=2, power=2, is_inverted=False)
+        """
+        if self._index is not None:
+            return _distance_of_metric(self._index.metric_type)
+        if self.index_init_fn is None:
+            return _distance_of_metric(faiss.METRIC_L2)
+        return None
 
     @property
     def faiss_index(self) -> Any:
@@ -354,6 +373,14 @@ class FaissKNN:
                 "train(), add() or load() first."
             )
         return self._index
+
+
+def _distance_of_metric(metric_type: int) -> BaseDistance | None:
+    if metric_type == faiss.METRIC_L2:
+        return LpDistance(normalize_embeddings=False, power=2)
+    if metric_type == faiss.METRIC_INNER_PRODUCT:
+        return DotProductSimilarity(normalize_embeddings=False)
+    return None
 
 
 def _from_array(x: Any) -> Any:
