@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 import os
 import warnings
+import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -166,6 +168,43 @@ def test_a_2x_style_knn_function_gets_the_gallery() -> None:
     inference_model.train_knn(_data(1, 9))
     inference_model.get_nearest_neighbors(_data(2, 3), 2)
     assert calls == [(3, 2, 9, False)]
+
+
+class _TextModel(torch.nn.Module):
+    """A model of texts, as 2.x's tests use: one fixed random embedding per input."""
+
+    def forward(self, texts: list[Any]) -> torch.Tensor:
+        seeds = [zlib.crc32(repr(text).encode()) for text in texts]
+        return torch.stack(
+            [torch.randn(8, generator=torch.Generator().manual_seed(s)) for s in seeds]
+        )
+
+
+class _Texts(Dataset):
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> tuple[str, int]:
+        return self.texts[i], 0
+
+
+def test_a_2x_text_model_takes_datasets_and_lists_of_strings() -> None:
+    texts = [f"text {i}" for i in range(70)]
+    inference_model = InferenceModel(trunk=_TextModel())
+    inference_model.train_knn(_Texts(texts))
+    inference_model.add_to_knn([["extra 1", "extra 2"], ["extra 3", "extra 4"]])
+    assert inference_model.reference_embeddings.shape == (72, 8)
+    queries = ["text 5", "text 69", ["extra 3", "extra 4"]]
+    _, indices = inference_model.get_nearest_neighbors(queries, k=10)
+    assert indices[:, 0].tolist() == [5, 69, 71]
+
+
+def test_a_2x_untrained_search_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        InferenceModel(trunk=_trunk()).get_nearest_neighbors(_data(1, 1), k=10)
 
 
 # --- saving and loading a gallery -----------------------------------------------------------

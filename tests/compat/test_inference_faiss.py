@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import TensorDataset
 
 from pytorch_metric_learning.errors import BackendRuntimeError, InvalidArgumentError
 from pytorch_metric_learning.utils.inference import (
@@ -54,6 +55,18 @@ def test_the_2x_faiss_gallery_search() -> None:
     inference_model.add_to_knn(query)
     assert knn_func.index.ntotal == 56
     assert inference_model.get_nearest_neighbors(query, 1)[1][:, 0].tolist() == list(range(50, 56))
+
+
+def test_a_2x_index_set_on_knn_func_then_filled_by_add_to_knn() -> None:
+    gallery = _data(10, 30)
+    inference_model = InferenceModel(
+        torch.nn.Identity(), knn_func=FaissKNN(reset_before=False, reset_after=False)
+    )
+    inference_model.knn_func.index = faiss.IndexFlatL2(5)
+    inference_model.add_to_knn(TensorDataset(gallery, torch.zeros(30)))
+    distances, indices = inference_model.get_nearest_neighbors([gallery[0]], k=10)
+    assert indices[0].tolist() == _nearest(_unit(gallery[:1]), _unit(gallery), 10)[0]
+    assert indices[0][0] == 0 and distances.shape == (1, 10)
 
 
 @pytest.mark.parametrize(
