@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import Dataset, TensorDataset
 
 from pytorch_metric_learning.distances import (
@@ -463,6 +465,22 @@ def test_return_results_removes_self_matches_or_the_last_neighbour() -> None:
     assert distances.tolist() == [[0.1, 0.2], [0.3, 0.5], [0.0, 0.6]]
     same_d, same_i = return_results(found_d, found_i, False)
     assert same_d is found_d and same_i is found_i
+
+
+@given(st.data())
+def test_return_results_matches_a_plain_loop(data: st.DataObject) -> None:
+    rows = data.draw(st.integers(1, 6))
+    width = data.draw(st.integers(2, 5))
+    pool = st.lists(st.integers(0, 8), min_size=width, max_size=width, unique=True)
+    found_i = torch.tensor(data.draw(st.lists(pool, min_size=rows, max_size=rows)))
+    found_d = torch.arange(rows * width, dtype=torch.float64).view(rows, width)
+    distances, indices = return_results(found_d, found_i, True)
+    for row in range(rows):
+        own = found_i[row].tolist()
+        drop = own.index(row) if row in own else width - 1
+        keep = [j for j in range(width) if j != drop]
+        assert indices[row].tolist() == [own[j] for j in keep]
+        assert distances[row].tolist() == [float(found_d[row, j]) for j in keep]
 
 
 @pytest.mark.parametrize("get_largest", [False, True])
