@@ -257,6 +257,19 @@ def test_loading_a_file_that_is_not_a_gallery_is_a_clear_error(tmp_path: os.Path
         InferenceModel(_trunk()).load_knn_func(path)
 
 
+def test_loading_a_damaged_file_is_a_clear_error(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(tmp_path, "gallery.pth")
+    inference_model = InferenceModel(_trunk())
+    inference_model.train_knn(_data(1, 5))
+    inference_model.save_knn_func(path)
+    Path(path).write_bytes(Path(path).read_bytes()[:40])  # truncated
+    with pytest.raises(InvalidArgumentError, match="damaged"):
+        InferenceModel(_trunk()).load_knn_func(path)
+    Path(path).write_bytes(b"not a torch file")
+    with pytest.raises(InvalidArgumentError, match="damaged"):
+        InferenceModel(_trunk()).load_knn_func(path)
+
+
 def test_save_without_a_gallery_says_what_to_do(tmp_path: os.PathLike[str]) -> None:
     with pytest.raises(InvalidArgumentError, match="call train_knn"):
         InferenceModel(_trunk()).save_knn_func(os.path.join(tmp_path, "g.pth"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from typing import Any, Union
 
 import numpy as np
@@ -183,8 +184,7 @@ class InferenceModel:
         if self._has_own_index():
             self.knn_func.load(filename)
             return
-        state = load_state_dict(filename, map_location="cpu")
-        reference = state.get(_REFERENCE_KEY)
+        reference = _read_reference(filename)
         if not isinstance(reference, torch.Tensor):
             raise invalid(
                 "filename",
@@ -259,6 +259,20 @@ class InferenceModel:
                 "load_knn_func(filename) first."
             )
         return self._reference
+
+
+def _read_reference(filename: PathLike) -> Any:
+    """The gallery tensor of a file, or None when it holds none; a damaged file is an error."""
+    try:
+        state = load_state_dict(filename, map_location="cpu")
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        raise InvalidArgumentError(
+            f"{_OWNER}.load_knn_func cannot read {os.fspath(filename)!r}: it is not a file "
+            f"written by save_knn_func, or it is damaged ({type(error).__name__}: {error})."
+        ) from error
+    except InvalidArgumentError:
+        return None
+    return state.get(_REFERENCE_KEY)
 
 
 def _first(batch: Any) -> Any:
