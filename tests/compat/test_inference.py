@@ -425,6 +425,8 @@ def test_bad_arguments_are_named() -> None:
         InferenceModel("resnet")
     with pytest.raises(InvalidTypeError, match="'match_finder' parameter"):
         InferenceModel(_trunk(), match_finder=CosineSimilarity())
+    with pytest.raises(InvalidArgumentError, match="'data_device' parameter"):
+        InferenceModel(_trunk(), data_device="gpu7")
     with pytest.raises(UnknownBackendError, match="no_such_backend"):
         InferenceModel(_trunk(), knn_func="no_such_backend")
     with pytest.raises(InvalidTypeError, match="'inputs' parameter"):

@@ -88,7 +88,7 @@ class InferenceModel:
         )
         self.match_finder = _check_match_finder(match_finder)
         self.normalize_embeddings = _check_bool(normalize_embeddings, "normalize_embeddings")
-        self.data_device = None if data_device is None else torch.device(data_device)
+        self.data_device = _check_device(data_device)
         self.dtype = _check_dtype(dtype)
         self.knn_func = self._resolve_knn(knn_func)
         self._reference: torch.Tensor | None = None
@@ -308,6 +308,16 @@ def _check_bool(value: Any, param: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise invalid(param, _OWNER, "a bool", value, InvalidTypeError)
     return bool(value)
+
+
+def _check_device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        expected = "a torch.device, a device string such as 'cuda:0', or None"
+        raise invalid("data_device", _OWNER, expected, device, InvalidArgumentError) from error
 
 
 def _check_dtype(dtype: Any) -> torch.dtype | None:
