@@ -437,6 +437,13 @@ def test_bad_arguments_are_named() -> None:
         InferenceModel(_trunk()).train_knn(_data(1, 3), batch_size=2.5)
 
 
+def test_asking_for_more_neighbours_than_the_gallery_holds_is_refused() -> None:
+    inference_model = InferenceModel(_trunk())
+    inference_model.train_knn(_data(1, 4))
+    with pytest.raises(InvalidArgumentError, match="'k' parameter"):
+        inference_model.get_nearest_neighbors(_data(2, 1), k=5)
+
+
 def test_adding_embeddings_of_another_width_is_refused() -> None:
     inference_model = InferenceModel(torch.nn.Identity(), normalize_embeddings=False)
     inference_model.train_knn(_data(1, 4, dims=3))
