@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from .._validation import check_matrix, check_positive_int, invalid
 from .._warnings import warn_external
 from ..distances import CosineSimilarity
-from ..errors import InvalidArgumentError, InvalidTypeError
+from ..errors import CorruptFileError, InvalidArgumentError, InvalidTypeError
 from ..evaluation.match_finder import MatchFinder
 from ..evaluation.registry import load_knn_func
 from ..testers.base_tester import _default_device, _eval_mode, _to_device
@@ -265,7 +265,7 @@ def _read_reference(filename: PathLike) -> Any:
     """The gallery tensor of a file, or None when it holds none; a damaged file is an error."""
     try:
         state = load_state_dict(filename, map_location="cpu")
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+    except (CorruptFileError, RuntimeError, EOFError, pickle.UnpicklingError) as error:
         raise InvalidArgumentError(
             f"{_OWNER}.load_knn_func cannot read {os.fspath(filename)!r}: it is not a file "
             f"written by save_knn_func, or it is damaged ({type(error).__name__}: {error})."
