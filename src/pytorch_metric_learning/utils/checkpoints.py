@@ -237,9 +237,12 @@ def load_checkpoints(
 def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[str, Any]]) -> None:
     """Load ``states[name]`` into each object: all of them, or (on an error) none.
 
+    Models and optimizers are checked against their state first (parameter names and
+    shapes, parameter groups), so they need no backup copy; other objects (schedulers,
+    say) are small and are copied, to be put back if a later object refuses its state.
+
     Raises:
-        CorruptFileError: an object refused its state dict; the objects already loaded
-            are put back as they were.
+        CorruptFileError: a state does not fit its object; no object was changed.
 
     Example:
         >>> source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
@@ -247,19 +250,71 @@ def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[s
         >>> bool(torch.equal(source.weight, target.weight))
         True
     """
-    done: list[tuple[Any, dict[str, Any]]] = []
-    for name, obj in _saveable(objects).items():
-        backup = copy.deepcopy(obj.state_dict())
+    saveable = _saveable(objects)
+    for name, obj in saveable.items():
+        _check_fits(name, obj, states[name])
+    # Unchecked objects first, each with a backup: if one refuses, only they need undoing.
+    order = sorted(saveable, key=lambda name: _is_checked(saveable[name]))
+    done: list[tuple[str, Any]] = []
+    for name in order:
+        obj = saveable[name]
+        backup = None if _is_checked(obj) else copy.deepcopy(obj.state_dict())
         try:
             obj.load_state_dict(states[name])
         except Exception as error:
-            for loaded, previous in reversed([*done, (obj, backup)]):
-                loaded.load_state_dict(previous)
+            with contextlib.suppress(Exception):
+                obj.load_state_dict(backup)
+            changed = _undo(done, saveable)
             raise CorruptFileError(
                 f"The saved state of {name!r} does not fit that object "
-                f"({type(error).__name__}: {error}); no object was changed."
+                f"({type(error).__name__}: {error}); "
+                + (f"the objects {changed} stay loaded." if changed else "no object was changed.")
             ) from error
-        done.append((obj, backup))
+        done.append((name, backup))
+
+
+def _undo(done: list[tuple[str, Any]], objects: Mapping[str, Any]) -> list[str]:
+    """Put back the loaded objects from their backups; return those that could not be."""
+    changed = []
+    for name, backup in reversed(done):
+        try:
+            objects[name].load_state_dict(backup)
+        except Exception:
+            changed.append(name)
+    return sorted(changed)
+
+
+def _is_checked(obj: Any) -> bool:
+    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer))
+
+
+def _check_fits(name: str, obj: Any, state: Mapping[str, Any]) -> None:
+    """Raise CorruptFileError when a model's or optimizer's state cannot load into it."""
+    problem = None
+    if isinstance(obj, torch.nn.Module):
+        expected = {k: _shape(v) for k, v in obj.state_dict().items()}
+        got = {k: _shape(v) for k, v in state.items()}
+        if expected != got:
+            wrong = sorted(k for k in expected.keys() & got.keys() if expected[k] != got[k])
+            problem = (
+                f"missing {sorted(expected.keys() - got.keys())}, unexpected "
+                f"{sorted(got.keys() - expected.keys())}, other shapes {wrong}"
+            )
+    elif isinstance(obj, torch.optim.Optimizer):
+        sizes = [len(group["params"]) for group in obj.param_groups]
+        groups = state.get("param_groups")
+        saved = [len(g.get("params", ())) for g in groups] if isinstance(groups, list) else None
+        if saved != sizes:
+            problem = f"parameter groups of sizes {saved}, the optimizer's are {sizes}"
+    if problem:
+        raise CorruptFileError(
+            f"The saved state of {name!r} does not fit that object ({problem}); "
+            "no object was changed."
+        )
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
 
 
 def read_checkpoints(

@@ -194,3 +194,34 @@ def test_defect7_records_best_is_the_loadable_best_after_a_crash(
 
 def test_errors_are_the_librarys_own() -> None:
     assert issubclass(ResumeError, PMLError) and issubclass(CorruptFileError, ValueError)
+
+
+def test_an_optimizer_that_does_not_fit_loads_nothing(tmp_path: Path) -> None:
+    trunk = torch.nn.Linear(2, 2)
+    saved = {"trunk": trunk, "opt": torch.optim.SGD([trunk.weight], lr=0.1)}
+    save_checkpoints(saved, tmp_path, 1)
+    target = torch.nn.Linear(2, 2)
+    weight = target.weight.detach().clone()
+    optimizer = torch.optim.SGD(target.parameters(), lr=0.5)  # two parameters, not one
+    with pytest.raises(CorruptFileError, match="'opt'"):
+        load_checkpoints({"trunk": target, "opt": optimizer}, tmp_path, 1)
+    assert torch.equal(target.weight, weight) and optimizer.param_groups[0]["lr"] == 0.5
+
+
+def test_a_scheduler_that_refuses_its_state_puts_everything_back(tmp_path: Path) -> None:
+    class Picky:
+        def state_dict(self) -> dict:
+            return {"ok": False}
+
+        def load_state_dict(self, state: dict) -> None:
+            if not state["ok"]:
+                raise ValueError("refused")
+
+    source = torch.nn.Linear(2, 2)
+    save_checkpoints({"trunk": source, "z": Picky()}, tmp_path, 1)
+    target = torch.nn.Linear(2, 2)
+    weight = target.weight.detach().clone()
+    with pytest.raises(CorruptFileError, match="'z'"):
+        load_checkpoints({"trunk": target, "z": Picky()}, tmp_path, 1)
+    # The model was loaded first, then put back when the scheduler refused.
+    assert torch.equal(target.weight, weight)
