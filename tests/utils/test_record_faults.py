@@ -146,3 +146,14 @@ def test_defect8_corrupt_database_error_names_the_file(tmp_path: Path, content: 
     with pytest.raises(CorruptFileError, match="records.db"):
         SQLiteManager(path)
     assert path.read_bytes() == content
+
+
+def test_a_csv_file_deleted_by_hand_comes_back_whole(tmp_path: Path) -> None:
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(3))
+    keeper.save_records()
+    keeper.csv_path("g", "acc").unlink()
+    fill(keeper, range(3, 5))
+    keeper.save_records()
+    assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")
+    assert len(csv_rows(tmp_path)) == 10

@@ -242,7 +242,8 @@ def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[s
     say) are small and are copied, to be put back if a later object refuses its state.
 
     Raises:
-        CorruptFileError: a state does not fit its object; no object was changed.
+        CorruptFileError: a state does not fit its object; the objects already loaded are
+            put back (the message names any that could not be).
 
     Example:
         >>> source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)

@@ -471,12 +471,14 @@ class RecordKeeper:
                 remove_csv_leftovers(self.csv_path(*pair).parent for pair in done)
 
     def _write_csv(self, pair: tuple[str, str], new_rows: list[tuple[int, float]] | None) -> None:
+        """Append ``new_rows`` when that is exact; otherwise (or when the file is missing,
+        a new metric or one deleted by hand) write the whole file from SQLite."""
         group, name = pair
-        header = [self.sqlite_manager.step_name(group), name]
-        if new_rows is not None:
-            append_rows(self.csv_path(group, name), header, sorted(dict(new_rows).items()))
+        path, header = self.csv_path(group, name), [self.sqlite_manager.step_name(group), name]
+        if new_rows is not None and path.exists():
+            append_rows(path, header, sorted(dict(new_rows).items()))
         else:
-            rewrite_file(self.csv_path(group, name), header, self.sqlite_manager.rows(group, name))
+            rewrite_file(path, header, self.sqlite_manager.rows(group, name))
 
 
 def _check_step(step: Any) -> int:
