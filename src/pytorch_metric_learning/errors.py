@@ -17,6 +17,7 @@ __all__ = [
     "BackendImportError",
     "BackendConflictError",
     "BackendRuntimeError",
+    "InvalidStepError",
     "FileWriteError",
     "CorruptFileError",
     "ResumeError",
@@ -57,6 +58,10 @@ class BackendConflictError(BackendError, ValueError):
 
 class BackendRuntimeError(BackendError, RuntimeError):
     """A backend's own library failed while running a search or clustering."""
+
+
+class InvalidStepError(InvalidTypeError, InvalidArgumentError):
+    """A record's step is not an int: a ``TypeError``, and a ``ValueError`` as in 2.x."""
 
 
 class FileWriteError(PMLError, OSError):

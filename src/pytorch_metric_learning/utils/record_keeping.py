@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, Union
 import torch
 
 from .._validation import invalid
-from ..errors import BackendNotInstalledError, FileWriteError, InvalidTypeError
+from ..errors import BackendNotInstalledError, FileWriteError, InvalidStepError, InvalidTypeError
 from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file
 from ._records_db import SET_ASIDE, UPSERT, is_file_failure, open_database, sqlite_error
 
@@ -378,7 +378,8 @@ class RecordKeeper:
             step_name: the header of the step column in the CSV files.
 
         Raises:
-            InvalidTypeError: a value is not a real number, or ``step`` is not an int.
+            InvalidTypeError: a value is not a real number.
+            InvalidStepError: ``step`` is not an int (also a ``ValueError``).
         """
         step = _check_step(step)
         for param, text in (("group", group), ("step_name", step_name)):
@@ -485,5 +486,5 @@ def _check_step(step: Any) -> int:
     if isinstance(step, torch.Tensor) and step.numel() == 1 and not step.is_floating_point():
         step = step.item()
     if isinstance(step, bool) or not isinstance(step, numbers.Integral):
-        raise invalid("step", _OWNER, "an int (an epoch or an iteration)", step, InvalidTypeError)
+        raise invalid("step", _OWNER, "an int (an epoch or an iteration)", step, InvalidStepError)
     return int(step)
