@@ -44,6 +44,19 @@ def train_in_child(root: Path, last_epoch: int) -> int:
     return pid
 
 
+def wait_for(pid: int, timeout: float) -> int:
+    """The child's exit code; a child still running after ``timeout`` is killed and fails."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the training child {pid} did not finish in {timeout} s")
+
+
 @pytest.fixture
 def folder(tmp_path: Path) -> Iterator[Path]:
     """In memory where possible: SQLite's own syncs would dominate on a busy disk."""
@@ -69,8 +82,7 @@ def test_kill_9_at_random_moments_loses_nothing(folder: Path) -> None:
         committed = last
     assert committed > 0, "no kill happened after the first save: the test proved nothing"
     pid = train_in_child(folder, committed + 3)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert wait_for(pid, timeout=120) == 0
     assert_no_temp_files(folder)
     assert assert_recovered(folder) == (committed + 3, expected_best(committed + 3))
 
