@@ -119,10 +119,23 @@ def assert_state_is_epoch(run: Run, epoch: int) -> None:
     assert torch.equal(run.state.models["trunk"].weight, torch.full((2, 3), float(epoch)))
 
 
+def assert_best_loads(root: Path) -> None:
+    """The best epoch the records name is the best checkpoint that loads, with its weights."""
+    reader = Run(root)
+    best_epoch, _ = reader.hooks.get_best_epoch_and_accuracy(None, "val")
+    fresh = Run(root / "elsewhere")
+    assert reader.hooks.load_best_saved_models(fresh.state, reader.model_folder) == best_epoch
+    if best_epoch is not None:
+        assert_state_is_epoch(fresh, best_epoch)
+    fresh.close()
+    reader.close()
+
+
 def assert_recovered(root: Path) -> tuple[int, int | None]:
     """After any crash: a new process resumes where the records end, the records hold each
     epoch once with its true value, CSV equals SQLite, and the best epoch the records name
     is the best checkpoint that loads. Returns (last committed epoch, best epoch)."""
+    assert_best_loads(root)  # even before anything resumes
     run = Run(root)
     start = run.resume()
     last = start - 1
