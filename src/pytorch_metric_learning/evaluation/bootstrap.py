@@ -39,8 +39,10 @@ __all__ = [
 
 # Gathered elements per chunk of resamples (bounds the index matrix to ~64 MB).
 _CHUNK_ELEMENTS = 1 << 23
-# Up to this many distinct values, resample value counts instead of queries.
+# With at most this many distinct values, resample value counts instead of queries ...
 _MAX_LEVELS = 2048
+# ... and only where it pays: a binomial draw costs about as much as this many gathers.
+_ROWS_PER_LEVEL = 16
 
 
 @dataclass(frozen=True)
@@ -262,7 +264,7 @@ def _column_resamples(
     values: np.ndarray, num_resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
     levels, counts = np.unique(values, return_counts=True)
-    if len(levels) <= _MAX_LEVELS:
+    if len(levels) <= _MAX_LEVELS and len(levels) * _ROWS_PER_LEVEL <= len(values):
         return _level_resamples(levels, counts, num_resamples, rng)
     return _index_resamples(values, num_resamples, rng)
 
