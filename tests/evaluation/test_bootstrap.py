@@ -198,3 +198,11 @@ def test_comparing_different_queries_is_an_error():
     b = calc.get_accuracy(x, y, return_per_query=True)["per_query"]
     with pytest.raises(ValueError, match="same queries"):
         compare_per_query(a, b)
+
+
+def test_equal_metrics_get_equal_intervals():
+    calc = AccuracyCalculator(include=("precision_at_1", "recall_at_1"))
+    x, y = torch.randn(200, 3), torch.arange(200) % 5
+    per_query = calc.get_accuracy(x, y, return_per_query=True)["per_query"]
+    intervals = bootstrap_intervals(per_query, seed=3)
+    assert intervals["precision_at_1"] == intervals["recall_at_1"]
