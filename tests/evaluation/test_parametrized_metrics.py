@@ -298,3 +298,31 @@ def test_tester_reports_parametrized_metrics():
     assert result["val"]["recall_at_4_level0"] == pytest.approx(
         float(np.mean([v for _, _, v in expected]))
     )
+
+
+def test_hooks_accept_a_parametrized_primary_metric(tmp_path):
+    from torch.utils.data import TensorDataset
+
+    from pytorch_metric_learning.testers import GlobalEmbeddingSpaceTester
+    from pytorch_metric_learning.utils import logging_presets
+
+    x, y = torch.randn(40, 4), torch.arange(40) % 4
+    record_keeper, _, _ = logging_presets.get_record_keeper(tmp_path / "logs")
+    hooks = logging_presets.get_hook_container(record_keeper, primary_metric="recall_at_2")
+    tester = GlobalEmbeddingSpaceTester(
+        accuracy_calculator=AccuracyCalculator(include=("recall_at_2", "precision_at_1")),
+        dataloader_num_workers=0,
+        progress_bar=False,
+        normalize_embeddings=False,
+        end_of_testing_hook=hooks.end_of_testing_hook,
+    )
+    datasets = {"val": TensorDataset(x, y)}
+    hooks.end_of_epoch_hook(tester, datasets, tmp_path / "models")  # validates the name
+    tester.test(datasets, 1, torch.nn.Identity())
+    expected = per_query_oracle(x, y, x, y, True, ["recall_at_2"])["recall_at_2"]
+    best_epoch, best = hooks.get_best_epoch_and_accuracy(tester, "val")
+    assert best_epoch == 1
+    assert best == pytest.approx(float(np.mean([v for _, _, v in expected])))
+    with pytest.raises(ValueError, match="primary_metric"):
+        other = logging_presets.get_hook_container(record_keeper, primary_metric="recall_at_3")
+        other.end_of_epoch_hook(tester, datasets, tmp_path / "models")
