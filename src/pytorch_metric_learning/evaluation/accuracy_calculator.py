@@ -74,6 +74,10 @@ class AccuracyCalculator:
     - ``mean_average_precision`` (on request): ``(1/R) * sum over i <= k of P@i * rel_i``.
     - ``mean_reciprocal_rank`` (on request): ``1 / rank`` of the first relevant neighbour,
       0 when none is among the k.
+    - ``recall_at_<K>``, ``precision_at_<K>``, ``mean_average_precision_at_<K>``,
+      ``ndcg_at_<K>`` (on request, any ``K >= 1``): any of the first ``K`` relevant;
+      relevant among the first ``K`` over ``K``; 2.x's ``mean_average_precision`` with
+      ``k=K``; NDCG@K with binary relevance. Their ``K`` comes from the name, not ``k``.
     - ``NMI``, ``AMI``: normalized and adjusted mutual information (arithmetic
       normalization, as scikit-learn) between the query labels and a k-means clustering
       of the query embeddings with one cluster per distinct query label.
