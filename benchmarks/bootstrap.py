@@ -51,6 +51,17 @@ def torch_bootstrap(values: torch.Tensor, resamples: int, chunk: int = 50) -> to
     return torch.quantile(torch.cat(means), torch.tensor([0.025, 0.975], dtype=torch.float64))
 
 
+def _one_metric(name: str, values: np.ndarray, resamples: int, repeats: int) -> str:
+    tensor = torch.from_numpy(values)
+    loop = _best_of(repeats, lambda: loop_bootstrap(values, resamples))
+    plain = _best_of(repeats, lambda: torch_bootstrap(tensor, resamples))
+    ours = _best_of(repeats, lambda: bootstrap_interval(tensor, num_resamples=resamples))
+    return (
+        f"{name:<11} bootstrap_interval {ours:6.3f} s   loop {loop:6.3f} s "
+        f"({loop / ours:6.1f}x)   torch.randint+take {plain:6.3f} s ({plain / ours:6.1f}x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=100_000)
@@ -67,14 +78,7 @@ def main() -> None:
     classes = torch.from_numpy(rng.integers(0, 1000, n))
     print(f"{b} resamples of {n} queries, {args.threads} torch threads (best of {args.repeats})")
     for name, values in (("binary", binary), ("continuous", continuous)):
-        tensor = torch.from_numpy(values)
-        loop = _best_of(1, lambda: loop_bootstrap(values, b))
-        plain = _best_of(args.repeats, lambda: torch_bootstrap(tensor, b))
-        ours = _best_of(args.repeats, lambda: bootstrap_interval(tensor, num_resamples=b))
-        print(
-            f"{name:<11} bootstrap_interval {ours:6.3f} s   loop {loop:6.3f} s "
-            f"({loop / ours:5.1f}x)   torch.randint+take {plain:6.3f} s ({plain / ours:5.1f}x)"
-        )
+        print(_one_metric(name, values, b, args.repeats))
     a, c = torch.from_numpy(binary), torch.from_numpy(other)
     paired = _best_of(args.repeats, lambda: paired_bootstrap(a, c, num_resamples=b))
     print(f"paired_bootstrap (binary)            {paired:6.3f} s")
