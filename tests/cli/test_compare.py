@@ -75,6 +75,7 @@ def test_evaluate_without_ci_is_unchanged(cli, files) -> None:
     ("extra", "message"),
     [
         (["--ci", "0"], "percentage"),
+        (["--ci", "0.95"], "percentage"),
         (["--ci", "100"], "percentage"),
         (["--ci", "95", "--per-class"], "--per-class"),
         (["--ci", "95", "--avg-of-avgs"], "--avg-of-avgs"),

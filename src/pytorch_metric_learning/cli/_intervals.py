@@ -36,9 +36,9 @@ def ci_level(text: str) -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value < 100:
+    if not 1 < value < 100:  # 0.95 is a fraction typed by mistake, not a 0.95% interval
         raise argparse.ArgumentTypeError(
-            f"must be a percentage between 0 and 100, e.g. 95. Got {text!r} instead"
+            f"must be a percentage between 1 and 100, e.g. 95. Got {text!r} instead"
         )
     return value / 100
 
