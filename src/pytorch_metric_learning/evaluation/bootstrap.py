@@ -301,8 +301,8 @@ def _index_resamples(
     means = np.empty(num_resamples)
     for start in range(0, num_resamples, chunk):
         size = min(chunk, num_resamples - start)
-        rows = rng.integers(0, num_rows, (size, num_rows), dtype=np.uint32)
-        means[start : start + size] = values[rows].mean(axis=1)
+        rows = rng.integers(0, num_rows, (size, num_rows), dtype=np.int64)  # no conversion
+        means[start : start + size] = values.take(rows).mean(axis=1)
     return means
 
 
