@@ -114,6 +114,20 @@ def test_compare_the_other_way_round_is_not_significant(cli, files) -> None:
         assert float(row.split()[-1]) > 0.99
 
 
+def test_compare_against_one_shared_reference(cli, files) -> None:
+    result = cli("compare", files["poor"], files["good"], "--labels", files["labels"],
+                 "--reference", files["good"], "--reference-labels", files["labels"],
+                 "--metrics", "recall_at_1", "--output", "-")  # fmt: skip
+    assert result.code == 0, result.err
+    row = json.loads(result.out)["comparison"]["recall_at_1"]
+    labels = np.load(files["labels"])
+    poor, good = (np.load(files[name]).astype(np.float64) for name in ("poor", "good"))
+    for value, query in ((row["a"], poor), (row["b"], good)):
+        dist = ((query[:, None, :] - good[None, :, :]) ** 2).sum(-1)
+        nearest = dist.argmin(axis=1)
+        assert value == pytest.approx(float(np.mean(labels[nearest] == labels)))
+
+
 def test_compare_with_references_by_class(cli, files, tmp_path: Path) -> None:
     result = cli("compare", files["poor"], files["good"], "--labels", files["labels"],
                  "--reference", files["poor"], files["good"], "--reference-labels",
@@ -131,6 +145,22 @@ def test_compare_with_references_by_class(cli, files, tmp_path: Path) -> None:
         (["good", "short", "--labels", "labels"], 1, "have 300 rows"),
         (["good", "poor", "--labels", "labels", "--metrics", "NMI"], 2, "unknown metric"),
         (["good", "poor", "--labels", "labels", "--reference", "good", "poor"], 2, "together"),
+        (
+            [
+                "good",
+                "poor",
+                "--labels",
+                "labels",
+                "--reference",
+                "good",
+                "poor",
+                "good",
+                "--reference-labels",
+                "labels",
+            ],
+            2,
+            "one file or two",
+        ),
         (["good", "poor", "--labels", "short"], 1, ""),
     ],
 )

@@ -40,9 +40,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--labels", required=True, metavar="FILE", help="labels of the queries")
     parser.add_argument(
         "--reference",
-        nargs=2,
-        metavar=("A_REFERENCE", "B_REFERENCE"),
-        help="each model's embeddings to search in",
+        nargs="+",
+        metavar="FILE",
+        help="embeddings to search in: A_REFERENCE B_REFERENCE (each model's own), or one "
+        "file that both models' queries search",
     )
     parser.add_argument("--reference-labels", metavar="FILE", help="labels of the references")
     parser.add_argument(
@@ -75,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     """Score both models, compare them, print a table and/or write JSON; return 0."""
     if (args.reference is None) != (args.reference_labels is None):
         raise UsageError("--reference and --reference-labels must be given together")
+    if args.reference is not None and len(args.reference) > 2:
+        raise UsageError(
+            f"--reference takes one file or two (A's and B's). Got {len(args.reference)}"
+        )
     check_device(args.device)
     models = {name: _model_args(args, name) for name in ("a", "b")}
     # One labels file for both models: each model's files must have its length.
@@ -95,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _model_args(args: argparse.Namespace, model: str) -> argparse.Namespace:
     """The ``evaluate`` options for one model's files."""
-    index = 0 if model == "a" else 1
+    index = 0 if model == "a" or args.reference is None else len(args.reference) - 1
     return argparse.Namespace(
         query=args.a_query if model == "a" else args.b_query,
         labels=args.labels,
