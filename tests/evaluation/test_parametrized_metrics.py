@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytorch_metric_learning.evaluation import AccuracyCalculator, PerQueryValues
+from pytorch_metric_learning.evaluation import AccuracyCalculator, PerQueryValues, metrics
 from pytorch_metric_learning.evaluation._metric_names import parse_metric_name
 
 FAMILIES = ("recall", "precision", "mean_average_precision", "ndcg")
@@ -89,20 +89,21 @@ def retrieval_problem(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(problem=retrieval_problem(), split=st.booleans())
-def test_each_family_matches_a_brute_force_oracle(problem, split):
+@given(problem=retrieval_problem(), mode=st.sampled_from(["self", "split", "includes"]))
+def test_each_family_matches_a_brute_force_oracle(problem, mode):
     x, y, names = problem
-    if split and len(x) > 3:  # a separate reference: the last third of the rows
+    args, same = (x, y), True  # self: no reference, each query left out of its own search
+    ref_x, ref_y = x, y
+    if mode == "split" and len(x) > 3:  # a separate reference: the last third of the rows
         cut = 2 * len(x) // 3
         x, y, ref_x, ref_y, same = x[:cut], y[:cut], x[cut:], y[cut:], False
-    else:
-        ref_x, ref_y, same = x, y, True
+        args = (x, y, ref_x, ref_y)
+    elif mode == "includes":  # an explicit reference that starts with the query
+        args = (x, y, x.clone(), y.clone(), True)
     calc = AccuracyCalculator(include=tuple(names), knn_func=brute_force_knn)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # all-lone inputs warn
-        got = calc.get_accuracy(
-            x, y, None if same else ref_x, None if same else ref_y, return_per_query=True
-        )
+        got = calc.get_accuracy(*args, return_per_query=True)
     expected = per_query_oracle(x, y, ref_x, ref_y, same, names)
     per_query = got["per_query"]
     for name in names:
@@ -326,3 +327,29 @@ def test_hooks_accept_a_parametrized_primary_metric(tmp_path):
     with pytest.raises(ValueError, match="primary_metric"):
         other = logging_presets.get_hook_container(record_keeper, primary_metric="recall_at_3")
         other.end_of_epoch_hook(tester, datasets, tmp_path / "models")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda rel, r: metrics.recall_at_k(rel, 0),
+        lambda rel, r: metrics.precision_at_k(rel, True),
+        lambda rel, r: metrics.ndcg_at_k(rel, r, 2.0),
+        lambda rel, r: metrics.recall_at_k(rel.long(), 1),
+        lambda rel, r: metrics.mean_average_precision_at_k(rel, r * 0, 2),
+        lambda rel, r: metrics.ndcg_at_k(rel, r.double(), 2),
+    ],
+)
+def test_metric_functions_reject_bad_arguments(call):
+    relevance, num_relevant = torch.tensor([[True, False]]), torch.tensor([1])
+    with pytest.raises((ValueError, TypeError), match="parameter of"):
+        call(relevance, num_relevant)
+
+
+def test_ndcg_of_a_perfect_ranking_is_one():
+    relevance = torch.tensor([[True, True, False], [True, False, False]])
+    assert metrics.ndcg_at_k(relevance, torch.tensor([2, 1]), 3).tolist() == [1.0, 1.0]
+    # R = 3 but only 2 of the first 3 relevant: DCG (1 + 1/log2 3) / IDCG (1 + 1/log2 3 + 1/2)
+    ideal = 1 + 1 / math.log2(3) + 0.5
+    got = metrics.ndcg_at_k(torch.tensor([[True, True, False]]), torch.tensor([3]), 3)
+    assert got.item() == pytest.approx((1 + 1 / math.log2(3)) / ideal)
