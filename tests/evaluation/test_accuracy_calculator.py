@@ -464,7 +464,7 @@ def test_invalid_options():
     with pytest.raises(ValueError):
         AccuracyCalculator(avg_of_avgs=True, return_per_class=True)
     with pytest.raises(ValueError):
-        AccuracyCalculator(include=("precision_at_2",))
+        AccuracyCalculator(include=("precision_at_0",))
     with pytest.raises(TypeError):
         AccuracyCalculator(include="precision_at_1")
 

@@ -5,8 +5,17 @@ Importing this package imports neither faiss nor scikit-learn.
 
 from __future__ import annotations
 
+from ._per_query import PerQueryValues
 from ._plugin_proxy import FaissKMeans, FaissKNN
 from .accuracy_calculator import AccuracyCalculator
+from .bootstrap import (
+    ConfidenceInterval,
+    PairedComparison,
+    bootstrap_interval,
+    bootstrap_intervals,
+    compare_per_query,
+    paired_bootstrap,
+)
 from .kmeans import TorchKMeans
 from .knn import CustomKNN
 from .match_finder import MatchFinder
@@ -67,6 +76,13 @@ __all__ = [
     "threshold_curve",
     "kfold_threshold_evaluation",
     "AccuracyCalculator",
+    "PerQueryValues",
+    "ConfidenceInterval",
+    "PairedComparison",
+    "bootstrap_interval",
+    "bootstrap_intervals",
+    "paired_bootstrap",
+    "compare_per_query",
     "TorchKMeans",
     "adjusted_mutual_info",
     "normalized_mutual_info",

@@ -15,6 +15,7 @@ keyword arguments 2.x passed (``knn_labels``, ``query_labels``, ``not_lone_query
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -27,6 +28,8 @@ from ..distances import LpDistance
 from ..errors import InvalidArgumentError, InvalidTypeError
 from . import metrics
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
+from ._metric_names import describe_families, parse_metric_name
+from ._per_query import PerQueryValues, collect_per_query, per_query_values
 from .kmeans import TorchKMeans
 from .knn import CustomKNN
 from .mutual_information import adjusted_mutual_info, normalized_mutual_info
@@ -71,6 +74,10 @@ class AccuracyCalculator:
     - ``mean_average_precision`` (on request): ``(1/R) * sum over i <= k of P@i * rel_i``.
     - ``mean_reciprocal_rank`` (on request): ``1 / rank`` of the first relevant neighbour,
       0 when none is among the k.
+    - ``recall_at_<K>``, ``precision_at_<K>``, ``mean_average_precision_at_<K>``,
+      ``ndcg_at_<K>`` (on request, any ``K >= 1``): any of the first ``K`` relevant;
+      relevant among the first ``K`` over ``K``; 2.x's ``mean_average_precision`` with
+      ``k=K``; NDCG@K with binary relevance. Their ``K`` comes from the name, not ``k``.
     - ``NMI``, ``AMI``: normalized and adjusted mutual information (arithmetic
       normalization, as scikit-learn) between the query labels and a k-means clustering
       of the query embeddings with one cluster per distinct query label.
@@ -163,9 +170,14 @@ class AccuracyCalculator:
                 raise invalid(
                     param, OWNER, "a tuple or list of metric names", names, InvalidTypeError
                 )
-            unknown = [name for name in names if name not in self._all_functions]
+            unknown = [name for name in names if not self._is_metric(name)]
             if unknown:
-                raise invalid(param, OWNER, f"a tuple of names among {known}", tuple(names))
+                raise invalid(
+                    param,
+                    OWNER,
+                    f"a tuple of names among {known} or of the families {describe_families()}",
+                    tuple(names),
+                )
 
     def get_function_dict(
         self, include: Sequence[str] = (), exclude: Sequence[str] = ()
@@ -173,11 +185,31 @@ class AccuracyCalculator:
         """The metrics selected by ``include`` and ``exclude``, by name."""
         if len(include) == 0:
             include = [name for name in self._all_functions if name not in ON_REQUEST_METRICS]
-        return {
+        functions = {
             name: function
             for name, function in self._all_functions.items()
             if name in include and name not in exclude
         }
+        return {**functions, **self._parametrized_functions(include, exclude)}
+
+    def _is_metric(self, name: str) -> bool:
+        return name in self._all_functions or parse_metric_name(name) is not None
+
+    def _parametrized_functions(
+        self, include: Sequence[str], exclude: Sequence[str]
+    ) -> dict[str, Callable[..., MetricValue]]:
+        """``recall_at_<K>`` and the other families, in the order ``include`` names them."""
+        names = [name for name in include if name not in self._all_functions]
+        return {
+            name: functools.partial(self._calculate_parametrized, metric)
+            for name in dict.fromkeys(names)
+            if name not in exclude and (metric := parse_metric_name(name)) is not None
+        }
+
+    def _uses_knn(self, name: str) -> bool:
+        return name in self.requires_knn() or (
+            name not in self._all_functions and parse_metric_name(name) is not None
+        )
 
     def get_curr_metrics(self) -> list[str]:
         """Names of the metrics this calculator computes by default."""
@@ -230,6 +262,7 @@ class AccuracyCalculator:
         ref_includes_query: bool = False,
         include: Sequence[str] = (),
         exclude: Sequence[str] = (),
+        return_per_query: bool = False,
     ) -> dict[str, MetricValue]:
         """Compute the selected metrics.
 
@@ -244,10 +277,14 @@ class AccuracyCalculator:
             include: Metrics for this call only (any known metric); empty means the
                 calculator's metrics. The calculator's state is not changed.
             exclude: Metrics to leave out of this call.
+            return_per_query: Also return, under the key ``"per_query"``, a
+                :class:`PerQueryValues`: each built-in or parametrized k-NN metric's float64
+                value for every non-lone query, and those queries' indices and labels (for
+                slicing by class, finding failures, and :func:`bootstrap_intervals`).
 
         Returns:
             ``{metric name: float}`` (lists of per-label floats for k-NN metrics with
-            ``return_per_class``).
+            ``return_per_class``), plus ``"per_query"`` with ``return_per_query``.
 
         Raises:
             ValueError: for NaN or infinite embeddings, mismatched lengths, a reference
@@ -267,12 +304,14 @@ class AccuracyCalculator:
             "ref_includes_query": ref_includes_query,
             "label_comparison_fn": self.label_comparison_fn,
         }
-        if any(name in self.requires_knn() for name in functions):
+        if any(self._uses_knn(name) for name in functions):
             kwargs.update(self._knn_kwargs(functions, **kwargs))
         if any(name in self.requires_clustering() for name in functions):
             kwargs["cluster_labels"] = self._checked_cluster_labels(kwargs)
         with torch.no_grad():
             results = self._get_accuracy(functions, **kwargs)
+            if return_per_query:
+                results["per_query"] = self._per_query(functions, kwargs)
         kwargs.clear()  # release the k-NN outputs before returning
         return results
 
@@ -291,6 +330,7 @@ class AccuracyCalculator:
             for name, function in self._all_functions.items()
             if name in names and name not in exclude
         }
+        functions.update(self._parametrized_functions(names, exclude))
         clustering = [name for name in functions if name in self.requires_clustering()]
         if clustering and self._custom_comparison is not None:
             raise _UnsupportedCombinationError(
@@ -397,9 +437,7 @@ class AccuracyCalculator:
             list(functions), stats, len(reference) - int(ref_includes_query)
         )
         distances, indices = self._search(query, k, reference, ref_includes_query)
-        needs_labels = comparison is not None or any(
-            not _is_builtin(type(self), name) for name in functions if name in self.requires_knn()
-        )
+        needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None
         relevance = relevance_of(stats, indices, query_labels, knn_labels, comparison)
         lone_classes = torch.zeros(stats.num_classes, dtype=torch.bool, device=not_lone.device)
@@ -417,14 +455,16 @@ class AccuracyCalculator:
 
     def _neighbours_needed(self, names: list[str], stats: LabelStats, available: int) -> int:
         """The most neighbours any selected k-NN metric needs, clamped to the reference."""
-        knn_names = [name for name in names if name in self.requires_knn()]
-        builtin = [name for name in knn_names if _is_builtin(type(self), name)]
+        builtin = [
+            name for name in names if name in self.requires_knn() and _is_builtin(type(self), name)
+        ]
         needs = (
             [self._k_neighbours(stats.max_bin_count, available)]
-            if len(builtin) < len(knn_names)
+            if self._custom_knn_metrics(names)
             else []
         )
         if bool(stats.not_lone.any()):  # else every built-in metric is NaN without searching
+            needs += [metric.k for metric in self._parametrized_in(names)]
             if any(name in _ONE_NEIGHBOUR_METRICS for name in builtin):
                 needs.append(1)
             r_names = [name for name in builtin if name in _R_METRICS]
@@ -433,6 +473,18 @@ class AccuracyCalculator:
             if any(name not in _ONE_NEIGHBOUR_METRICS | _R_METRICS for name in builtin):
                 needs.append(self._k_neighbours(stats.max_bin_count, available))
         return min(max(needs, default=0), max(available, 0))
+
+    def _custom_knn_metrics(self, names: list[str]) -> list[str]:
+        """k-NN metrics of a subclass, which get ``knn_labels`` and their own k."""
+        return [
+            name
+            for name in names
+            if name in self.requires_knn() and not _is_builtin(type(self), name)
+        ]
+
+    def _parametrized_in(self, names: list[str]) -> list[Any]:
+        parsed = [parse_metric_name(name) for name in names if name not in self._all_functions]
+        return [metric for metric in parsed if metric is not None]
 
     def _r_neighbours(self, max_bin_count: int, names: list[str]) -> int:
         if isinstance(self.k, int) and self.k < max_bin_count:
@@ -529,6 +581,16 @@ class AccuracyCalculator:
             lambda rel, _: metrics.mean_reciprocal_rank(rel), relevance, label_stats
         )
 
+    def _calculate_parametrized(
+        self, metric: Callable[..., torch.Tensor], relevance: torch.Tensor, **kwargs: Any
+    ) -> MetricValue:
+        return self._knn_metric(metric, relevance, kwargs["label_stats"])
+
+    def _per_query(self, functions: dict[str, Any], kwargs: dict[str, Any]) -> PerQueryValues:
+        names = [name for name in functions if self._uses_knn(name)]
+        builtin = [name for name in names if name not in self._custom_knn_metrics(names)]
+        return collect_per_query(builtin, kwargs, _METRIC_BLOCK)
+
     def _knn_metric(
         self,
         metric: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -539,14 +601,7 @@ class AccuracyCalculator:
         keep = stats.not_lone
         if not bool(keep.any()):
             return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
-        relevance, num_relevant = relevance[keep], stats.num_relevant[keep]
-        rows = max(1, _METRIC_BLOCK // max(1, relevance.shape[1]))
-        values = torch.cat(
-            [
-                metric(relevance[start : start + rows], num_relevant[start : start + rows])
-                for start in range(0, len(relevance), rows)
-            ]
-        )
+        values = per_query_values(metric, relevance[keep], stats.num_relevant[keep], _METRIC_BLOCK)
         if not (self.avg_of_avgs or self.return_per_class):
             return metrics.average(values)
         per_class = metrics.average_per_class(values, stats.query_class[keep], stats.num_classes)
