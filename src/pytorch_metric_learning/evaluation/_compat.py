@@ -325,7 +325,7 @@ def _reduce_label_dims(same: torch.Tensor, keep: int = 1) -> torch.Tensor:
 
 def _rows(labels: torch.Tensor) -> torch.Tensor:
     """Labels as rows: ``(n,)``, ``(n, 1)`` and ``(n, 1, d)`` become ``(n, 1)``/``(n, d)``."""
-    return labels.reshape(len(labels), -1)
+    return labels.reshape(len(labels), int(labels[0].numel()) if len(labels) else 1)
 
 
 def _positions_in(rows: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
