@@ -78,7 +78,7 @@ class AccuracyCalculator:
       of the query embeddings with one cluster per distinct query label.
 
     Queries whose label has ``R = 0`` ("lone" queries) are left out of every k-NN metric;
-    when every query is lone those metrics are NaN, with a warning. Values are averaged
+    when every query is lone those metrics are NaN, with a logged warning. Values are averaged
     over queries in float64.
 
     Args:
@@ -90,7 +90,7 @@ class AccuracyCalculator:
         k: Neighbours to consider. ``None``: as many as each metric needs, and every
             reference for ``mean_average_precision`` and ``mean_reciprocal_rank``
             (quadratic output). ``"max_bin_count"``: the largest ``R``. An int: at most
-            that many; R-precision and MAP@R are wrong (with a warning) when it is below
+            that many; R-precision and MAP@R are wrong (with a logged warning) when it is below
             the largest ``R``. An int above the number of references is clamped to it,
             with a warning, whatever the backend.
         label_comparison_fn: ``fn(a, b) -> bool tensor`` comparing labels elementwise with
@@ -246,11 +246,13 @@ class AccuracyCalculator:
             return max_bin_count - self_count
         if self.k is None:
             return num_reference_embeddings - self_count
-        assert isinstance(self.k, int)
+        k = _check_k(self.k)
+        if not isinstance(k, int):
+            raise invalid("k", OWNER, "a positive int, None or 'max_bin_count'", k)
         r_names = [name for name in self.get_curr_metrics() if name in _R_METRICS]
-        if self.k < max_bin_count and r_names:
-            _log_small_k(r_names, self.k, max_bin_count)
-        return self.k
+        if k < max_bin_count and r_names:
+            _log_small_k(r_names, k, max_bin_count)
+        return k
 
     def _check_comparison(self, fn: LabelComparison | None) -> LabelComparison:
         if fn is None or fn is EQUALITY:
