@@ -38,6 +38,22 @@ class TestTestersOnEmbeddingDataset(unittest.TestCase):
         # rest are 1.
         self.assertAlmostEqual(accuracies["r_precision_level0"], 6 / 7)
 
+    def test_integer_embeddings_are_normalized_as_floats(self):
+        # directions: a, b -> (1, 0); c -> (0, 1); e -> (0.6, 0.8), far out when raw
+        points = torch.tensor([[2, 0], [5, 0], [0, 3], [30, 40]])
+        dataset = c_f.EmbeddingDataset(points, torch.tensor([0, 0, 1, 1]))
+        calc = AccuracyCalculator(include=("precision_at_1",))
+        results = {}
+        for normalize in (True, False):
+            tester = testers.GlobalEmbeddingSpaceTester(
+                normalize_embeddings=normalize, dataloader_num_workers=0, accuracy_calculator=calc
+            )
+            results[normalize] = tester.test({"val": dataset}, 0, torch.nn.Identity())
+        # normalized: a->b, b->a, c->e, e->c, all right
+        self.assertEqual(results[True]["val"]["precision_at_1_level0"], 1.0)
+        # raw: a->b right, b->a right, c->a wrong, e->b wrong
+        self.assertEqual(results[False]["val"]["precision_at_1_level0"], 0.5)
+
     def test_query_against_a_separate_reference(self):
         reference = c_f.EmbeddingDataset(torch.tensor([[0.0], [10.0]]), torch.tensor([0, 1]))
         query = c_f.EmbeddingDataset(torch.tensor([[1.0], [6.0], [9.0]]), torch.tensor([0, 0, 1]))

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .._validation import check_embeddings, check_same_device, invalid
+from .._validation import check_embeddings, check_same_device, float_if_integer, invalid
 from .._warnings import warn_external
 from ..distances import LpDistance
 from ..errors import InvalidArgumentError, InvalidTypeError
@@ -402,10 +402,8 @@ class AccuracyCalculator:
         tensor = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
         if isinstance(tensor, torch.Tensor) and self.device is not None:
             tensor = tensor.to(self.device)
-        if isinstance(tensor, torch.Tensor) and (
-            tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex())
-        ):
-            tensor = tensor.to(torch.get_default_dtype())  # integer embeddings, as 2.x cast them
+        if isinstance(tensor, torch.Tensor):
+            tensor = float_if_integer(tensor)
         return check_embeddings(tensor, param, "AccuracyCalculator.get_accuracy")
 
     def _labels(self, value: Any, param: str, embeddings: torch.Tensor) -> torch.Tensor:
