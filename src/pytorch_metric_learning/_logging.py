@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from ._validation import invalid
-from .errors import InvalidTypeError
+from .errors import InvalidTypeError  # not _validation: importing the package stays light
 
 __all__ = ["PACKAGE_LOGGER", "install", "legacy_logger", "legacy_logger_name", "set_logger_name"]
 
@@ -42,7 +41,9 @@ def set_logger_name(name: str) -> None:
         >>> set_logger_name("PML")
     """
     if not isinstance(name, str):
-        raise invalid("name", "set_logger_name", "a str", name, InvalidTypeError)
+        raise InvalidTypeError(
+            f"The 'name' parameter of set_logger_name must be a str. Got {name!r} instead."
+        )
     _state["name"] = name
 
 
