@@ -16,19 +16,21 @@ keyword arguments 2.x passed (``knn_labels``, ``query_labels``, ``not_lone_query
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from .._validation import check_embeddings, check_same_device, invalid
+from .._validation import check_embeddings, check_same_device, float_if_integer, invalid
 from .._warnings import warn_external
 from ..distances import LpDistance
 from ..errors import InvalidArgumentError, InvalidTypeError
 from . import metrics
+from ._compat import EQUALITY, legacy_knn_metric
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
-from ._metric_names import describe_families, parse_metric_name
+from ._metric_names import describe_families, parse_metric_name, per_query_function
 from ._per_query import PerQueryValues, collect_per_query, per_query_values
 from .kmeans import TorchKMeans
 from .knn import CustomKNN
@@ -38,7 +40,7 @@ from .registry import Spec, load_kmeans_func, load_knn_func
 __all__ = ["AccuracyCalculator", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METRICS"]
 
 OWNER = "AccuracyCalculator"
-EQUALITY = torch.eq
+logger = logging.getLogger(__name__)
 # Computed when include=() ...
 DEFAULT_METRICS = (
     "AMI",
@@ -83,7 +85,7 @@ class AccuracyCalculator:
       of the query embeddings with one cluster per distinct query label.
 
     Queries whose label has ``R = 0`` ("lone" queries) are left out of every k-NN metric;
-    when every query is lone those metrics are NaN, with a warning. Values are averaged
+    when every query is lone those metrics are NaN, with a logged warning. Values are averaged
     over queries in float64.
 
     Args:
@@ -95,7 +97,7 @@ class AccuracyCalculator:
         k: Neighbours to consider. ``None``: as many as each metric needs, and every
             reference for ``mean_average_precision`` and ``mean_reciprocal_rank``
             (quadratic output). ``"max_bin_count"``: the largest ``R``. An int: at most
-            that many; R-precision and MAP@R are wrong (with a warning) when it is below
+            that many; R-precision and MAP@R are wrong (with a logged warning) when it is below
             the largest ``R``. An int above the number of references is clamped to it,
             with a warning, whatever the backend.
         label_comparison_fn: ``fn(a, b) -> bool tensor`` comparing labels elementwise with
@@ -132,7 +134,7 @@ class AccuracyCalculator:
     ) -> None:
         self._all_functions = self._discover_functions()
         self.check_primary_metrics(include, exclude)
-        self.original_function_dict = self.get_function_dict(include, exclude)
+        self.original_function_dict = self._select(include, exclude)
         self.curr_function_dict = dict(self.original_function_dict)
         if avg_of_avgs and return_per_class:
             raise InvalidArgumentError(
@@ -182,7 +184,27 @@ class AccuracyCalculator:
     def get_function_dict(
         self, include: Sequence[str] = (), exclude: Sequence[str] = ()
     ) -> dict[str, Callable[..., MetricValue]]:
-        """The metrics selected by ``include`` and ``exclude``, by name."""
+        """The metrics chosen at construction, narrowed by ``include`` and ``exclude``.
+
+        As in 2.x, ``calc._get_accuracy(calc.get_function_dict(), **kwargs)`` computes
+        exactly the metrics the calculator was built with.
+
+        Example:
+            >>> calc = AccuracyCalculator(exclude=("NMI", "AMI"))
+            >>> sorted(calc.get_function_dict(exclude=("r_precision",)))
+            ['mean_average_precision_at_r', 'precision_at_1']
+        """
+        names = list(include) if len(include) else list(self.original_function_dict)
+        return {
+            name: function
+            for name, function in self.original_function_dict.items()
+            if name in names and name not in exclude
+        }
+
+    def _select(
+        self, include: Sequence[str], exclude: Sequence[str]
+    ) -> dict[str, Callable[..., MetricValue]]:
+        """``include`` (default: all but the on-request metrics) less ``exclude``."""
         if len(include) == 0:
             include = [name for name in self._all_functions if name not in ON_REQUEST_METRICS]
         functions = {
@@ -230,7 +252,36 @@ class AccuracyCalculator:
         ]
 
     def description(self) -> str:
+        """``"avg_of_avgs"`` when averaging per label first, else ``""`` (used in key names)."""
         return "avg_of_avgs" if self.avg_of_avgs else ""
+
+    def determine_k(
+        self, bin_counts: Any, num_reference_embeddings: int, ref_includes_query: bool
+    ) -> int:
+        """The ``k`` that 2.x searched with, from the reference matches of each query label.
+
+        ``"max_bin_count"`` gives the largest count (less the query itself), ``None`` every
+        reference, an int itself (logging a warning when it is below the largest count and
+        R-precision or MAP@R is selected). A subclass that overrides this method chooses
+        the ``k`` of every search.
+
+        Example:
+            >>> AccuracyCalculator(k="max_bin_count").determine_k(torch.tensor([3, 5]), 20, True)
+            4
+        """
+        self_count = int(ref_includes_query)
+        max_bin_count = int(torch.as_tensor(bin_counts).max())
+        if self.k == "max_bin_count":
+            return max_bin_count - self_count
+        if self.k is None:
+            return num_reference_embeddings - self_count
+        k = _check_k(self.k)
+        if not isinstance(k, int):
+            raise invalid("k", OWNER, "a positive int, None or 'max_bin_count'", k)
+        r_names = [name for name in self.get_curr_metrics() if name in _R_METRICS]
+        if k < max_bin_count and r_names:
+            _log_small_k(r_names, k, max_bin_count)
+        return k
 
     def _check_comparison(self, fn: LabelComparison | None) -> LabelComparison:
         if fn is None or fn is EQUALITY:
@@ -388,6 +439,8 @@ class AccuracyCalculator:
         tensor = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
         if isinstance(tensor, torch.Tensor) and self.device is not None:
             tensor = tensor.to(self.device)
+        if isinstance(tensor, torch.Tensor):
+            tensor = float_if_integer(tensor)
         return check_embeddings(tensor, param, "AccuracyCalculator.get_accuracy")
 
     def _labels(self, value: Any, param: str, embeddings: torch.Tensor) -> torch.Tensor:
@@ -430,12 +483,17 @@ class AccuracyCalculator:
         stats = label_stats(query_labels, reference_labels, ref_includes_query, comparison)
         not_lone = stats.not_lone
         if not bool(not_lone.any()):
-            warn_external(
+            logger.warning(
                 "None of the query labels are in the reference set: the k-NN metrics are NaN."
             )
         k = self._neighbours_needed(
             list(functions), stats, len(reference) - int(ref_includes_query)
         )
+        if _overrides(type(self), "determine_k"):
+            k = min(
+                self.determine_k(stats.match_counts, len(reference), ref_includes_query),
+                len(reference) - int(ref_includes_query),
+            )
         distances, indices = self._search(query, k, reference, ref_includes_query)
         needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None
@@ -488,11 +546,7 @@ class AccuracyCalculator:
 
     def _r_neighbours(self, max_bin_count: int, names: list[str]) -> int:
         if isinstance(self.k, int) and self.k < max_bin_count:
-            warn_external(
-                f"AccuracyCalculator computes {names} with k={self.k}, below the largest "
-                f"number of relevant references ({max_bin_count}), so their values are wrong. "
-                "Use k='max_bin_count' (or k=None). For MAP@k use 'mean_average_precision'."
-            )
+            _log_small_k(names, self.k, max_bin_count)
             return self.k
         return max_bin_count
 
@@ -554,31 +608,91 @@ class AccuracyCalculator:
     ) -> float:
         return adjusted_mutual_info(_class_ids(query_labels), cluster_labels)
 
+    # The k-NN metrics take the keyword arguments 2.x passed, in 2.x's order, so that
+    # subclasses calling super() and code calling _get_accuracy with hand-made knn_labels
+    # keep working; get_accuracy adds a relevance matrix and label statistics, which are
+    # used instead when present.
+
     def calculate_precision_at_1(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(lambda rel, _: metrics.precision_at_1(rel), relevance, label_stats)
+        return self._builtin_knn_metric("precision_at_1", locals(), kwargs)
 
     def calculate_r_precision(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(metrics.r_precision, relevance, label_stats)
+        return self._builtin_knn_metric("r_precision", locals(), kwargs)
 
     def calculate_mean_average_precision_at_r(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(metrics.mean_average_precision_at_r, relevance, label_stats)
+        return self._builtin_knn_metric("mean_average_precision_at_r", locals(), kwargs)
 
     def calculate_mean_average_precision(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(metrics.mean_average_precision, relevance, label_stats)
+        return self._builtin_knn_metric("mean_average_precision", locals(), kwargs)
 
     def calculate_mean_reciprocal_rank(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(
-            lambda rel, _: metrics.mean_reciprocal_rank(rel), relevance, label_stats
+        return self._builtin_knn_metric("mean_reciprocal_rank", locals(), kwargs)
+
+    def _builtin_knn_metric(
+        self, name: str, arguments: dict[str, Any], kwargs: dict[str, Any]
+    ) -> MetricValue:
+        """One built-in k-NN metric, from get_accuracy's statistics or from 2.x arguments."""
+        if kwargs.get("label_stats") is not None and kwargs.get("relevance") is not None:
+            metric = per_query_function(name)
+            assert metric is not None  # every built-in k-NN metric has one
+            return self._knn_metric(metric, kwargs["relevance"], kwargs["label_stats"])
+        missing = [
+            param
+            for param in ("knn_labels", "query_labels", "label_counts")
+            if arguments[param] is None
+        ]
+        if missing:
+            raise InvalidArgumentError(
+                f"AccuracyCalculator.calculate_{name} needs the keyword arguments {missing} "
+                "(as 2.x passed them) when called outside get_accuracy."
+            )
+        options = (self.avg_of_avgs, self.return_per_class, self.label_comparison_fn)
+        return legacy_knn_metric(
+            name,
+            arguments["knn_labels"],
+            arguments["query_labels"],
+            arguments["not_lone_query_mask"],
+            arguments["label_counts"],
+            bool(arguments.get("ref_includes_query", False)),
+            options,
         )
 
     def _calculate_parametrized(
@@ -608,6 +722,23 @@ class AccuracyCalculator:
         if self.return_per_class:
             return per_class.tolist()
         return metrics.average(per_class)
+
+
+def _log_small_k(names: list[str], k: int, max_bin_count: int) -> None:
+    """2.x logged this (not a UserWarning), so ``assertLogs`` and logging config see it."""
+    logger.warning(
+        "AccuracyCalculator computes %s with k=%d, below the max bin count (%d, the largest "
+        "number of relevant references), so their values are wrong. Use k='max_bin_count' "
+        "(or k=None). For MAP@k use 'mean_average_precision' instead of "
+        "'mean_average_precision_at_r'.",
+        names,
+        k,
+        max_bin_count,
+    )
+
+
+def _overrides(cls: type, attribute: str) -> bool:
+    return getattr(cls, attribute) is not getattr(AccuracyCalculator, attribute)
 
 
 def _default_knn() -> CustomKNN:

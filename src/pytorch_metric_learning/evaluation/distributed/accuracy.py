@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,7 +13,6 @@ from typing import Any, Callable, cast
 import torch
 
 from ..._validation import invalid
-from ..._warnings import warn_external
 from ...errors import InvalidArgumentError
 from .. import metrics
 from .._label_stats import LabelComparison
@@ -31,6 +31,8 @@ from ._collectives import (
 from ._labels import global_label_counts, index_in
 from .kmeans import DistributedKMeans
 from .knn import _LABEL_DTYPES, DistributedKNN
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DistributedAccuracyCalculator"]
 
@@ -237,7 +239,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         flags = all_gather_ints(comm, [int(keep.any()), local_max], "sharing the label counts")
         num_classes = len(shards.query_classes)
         if not bool(flags[:, 0].any()):
-            warn_external(
+            logger.warning(  # logged, as by AccuracyCalculator and 2.x
                 "None of the query labels are in the reference set: the k-NN metrics are NaN."
             )
             nan: MetricValue = [math.nan] * num_classes if self.return_per_class else math.nan
