@@ -84,6 +84,7 @@ class FaissKNN:
             None if efSearch is None else check_positive_int(efSearch, "efSearch", _OWNER)
         )
         self._index: Any = None
+        self._inverted = False
         self._resources = _gpu.GpuResources(lambda: faiss.StandardGpuResources())
         self._warned_cpu_only = False
 
@@ -99,6 +100,15 @@ class FaissKNN:
             if value is not None:
                 options.append(f"{'index' if name == 'index_string' else name}={value!r}")
         return f"FaissKNN({', '.join(options)})"
+
+    @property
+    def is_inverted(self) -> bool:
+        """Whether the index built last ranks by inner product (larger is nearer).
+
+        ``faiss.IndexFlatIP`` and other inner-product indexes return similarities, largest
+        first; the k-NN contract reads this declaration to check and merge their order.
+        """
+        return self._inverted
 
     @property
     def faiss_index(self) -> Any:
@@ -234,6 +244,7 @@ class FaissKNN:
         if not isinstance(index, faiss.Index):
             raise invalid("index_init_fn", _OWNER, "a callable returning a faiss.Index", index)
         _check_dimension(index, dimension, "reference")
+        self._inverted = index.metric_type == faiss.METRIC_INNER_PRODUCT
         return index
 
     def _apply_search_params(self) -> None:
