@@ -93,11 +93,11 @@ def bind_options(
     except TypeError:
         pass
     if _binds(signature, call_args) and not inspect.isclass(factory):
+        fix = "Point the entry point at" if origin.target else "Register"
         raise BackendDefinitionError(
             f"The {origin} is a {origin.kind} backend itself ({_kind_of(factory)}), not a "
             "factory that builds one: the registry calls it with the spec's options to get "
-            "the backend. Point the entry point at the class, or at a function that returns "
-            "the backend."
+            f"the backend. {fix} the class, or a function that returns the backend."
         )
     raise _unknown_options(signature, options, origin)
 
@@ -155,6 +155,6 @@ def check_call_shape(
     if not _binds(signature, call_args):
         raise BackendDefinitionError(
             f"The {origin.kind} backend {origin.name!r} of {origin.distribution} cannot be "
-            f"called as {protocol.__name__} requires: it takes {signature}, but the contract "
-            f"calls {expected}."
+            f"called as {protocol.__name__} requires: its call signature is {signature}, but "
+            f"the contract calls {expected}."
         )

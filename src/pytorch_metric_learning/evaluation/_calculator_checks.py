@@ -11,19 +11,21 @@ from ..errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["check_device", "check_has_rows", "check_labels_not_nan"]
 
-_DEVICE = "None, a torch.device or a device string such as 'cpu' or 'cuda:0'"
+_DEVICE = "None, a torch.device, a CUDA ordinal or a device string such as 'cpu' or 'cuda:0'"
 
 
 def check_device(device: Any, owner: str) -> torch.device | None:
     """Return ``device`` as a ``torch.device`` if this machine can compute on it."""
     if device is None:
         return None
-    if not isinstance(device, (str, torch.device)):
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
         raise invalid("device", owner, _DEVICE, device, InvalidTypeError)
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
-        raise invalid("device", owner, _DEVICE, device) from None
+        if not isinstance(device, int):
+            raise invalid("device", owner, _DEVICE, device) from None
+        parsed = torch.device("cuda", device)  # an ordinal without an accelerator
     reason = _unusable(parsed)
     if reason:
         raise InvalidArgumentError(
