@@ -256,7 +256,7 @@ def test_library_logging_is_silent_by_default() -> None:
 
 # ----- what a plugin author sees when the entry point or factory is wrong -----
 
-PLUGIN_MODULE = '''
+PLUGIN_MODULE = """
 class Backend:
     def __init__(self, window=3, seed=0):
         self.window, self.seed = window, seed
@@ -271,7 +271,7 @@ class WrongCall:
 
 
 backend = Backend()
-'''
+"""
 
 
 @pytest.fixture
@@ -331,9 +331,7 @@ def test_a_misspelled_attribute_names_it_and_suggests_the_right_one(
     assert "Reinstall" not in str(info.value) and "pml-typo" in str(info.value)
 
 
-def test_an_import_error_inside_the_plugin_still_says_reinstall(
-    tmp_path, monkeypatch
-) -> None:
+def test_an_import_error_inside_the_plugin_still_says_reinstall(tmp_path, monkeypatch) -> None:
     (tmp_path / "pml_needs_missing_dep.py").write_text("import pml_dependency_not_there\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     use_points(monkeypatch, point("dep", "pml_needs_missing_dep:X", "pml-dep"))

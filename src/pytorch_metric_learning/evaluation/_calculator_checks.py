@@ -23,7 +23,7 @@ def check_device(device: Any, owner: str) -> torch.device | None:
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
-        if not isinstance(device, int):
+        if not isinstance(device, int) or device < 0:
             raise invalid("device", owner, _DEVICE, device) from None
         parsed = torch.device("cuda", device)  # an ordinal without an accelerator
     reason = _unusable(parsed)
