@@ -64,8 +64,12 @@ class BackendDefinitionError(BackendError, TypeError):
     """A backend's entry point or factory does not follow the plugin contract."""
 
 
-class InvalidBackendOptionError(BackendError, TypeError, ValueError):
-    """A backend spec passes an option that the backend's factory does not accept."""
+class InvalidBackendOptionError(InvalidArgumentError, TypeError):
+    """A backend spec passes an option that the backend's factory does not accept.
+
+    A mistake in the caller's spec (a config file, say), not in the backend: a
+    ``ValueError``, and a ``TypeError`` as the factory's own call would have raised.
+    """
 
 
 class BackendOutputError(BackendError, ValueError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import os
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -431,3 +432,22 @@ def test_an_unusable_cache_never_fails_and_keeps_warning(monkeypatch, tmp_path, 
     assert len(claim_warnings(monkeypatch, "1.0")) == expected_again
     if cache.is_dir():
         assert [p.name for p in cache.iterdir()] == ["seen_notices.json"]  # no temp files
+
+
+@pytest.mark.slow
+@needs_test_plugins
+def test_core_name_claim_warns_in_the_first_run_only(tmp_path) -> None:
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "from pytorch_metric_learning.evaluation import list_knn_backends\n"
+        "list_knn_backends()\n"
+    )
+    env = {**os.environ, "PML_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        for _ in range(2)
+    ]
+    assert "pml-core-name-thief" in runs[0].stderr
+    assert "pml-core-name-thief" not in runs[1].stderr
