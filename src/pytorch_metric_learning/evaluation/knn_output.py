@@ -208,8 +208,13 @@ def _check_order(distances: torch.Tensor, inverted: bool, name: str) -> None:
     nearer, farther = distances[:, :-1], distances[:, 1:]
     if inverted:
         nearer, farther = farther, nearer
-    step = (nearer - farther).nan_to_num(0.0)  # inf - inf: a tie
-    scale = torch.maximum(nearer.abs(), farther.abs()).nan_to_num(0.0, posinf=0.0)
+    step = nearer - farther  # > 0: out of order; inf - inf is NaN, a tie, never > 0
+    if not bool((step > 0).any()):
+        return
+    # Rounding in a distance computed as |q|^2 + |r|^2 - 2 q.r scales with the row's
+    # magnitudes, not with each (possibly tiny) distance: allow it relative to the row.
+    finite = distances.nan_to_num(0.0, posinf=0.0, neginf=0.0).abs()
+    scale = finite.amax(dim=1, keepdim=True)
     bad = (step > _tolerance(distances.dtype) * scale + 1e-12).any(dim=1).nonzero()
     if len(bad):
         row = int(bad[0])
