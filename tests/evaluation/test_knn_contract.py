@@ -156,6 +156,15 @@ def test_width_k_plus_one_hints_at_ref_includes_query() -> None:
         calc(no_removal).get_accuracy(x, y)
 
 
+def test_width_k_plus_one_without_a_self_search_says_so() -> None:
+    def one_too_many(query, k, reference=None, ref_includes_query=False):
+        return brute_force(query, k + 1, reference, False)
+
+    x, y = points()
+    with pytest.raises(ValueError, match=r"width is k \+ 1.*had ref_includes_query=False"):
+        calc(one_too_many).get_accuracy(x[:5], y[:5], x[5:], y[5:])
+
+
 @pytest.mark.parametrize(
     "broken, match, error",
     [

@@ -129,17 +129,25 @@ def _check_shape(
     for part, tensor in (("distances", distances), ("indices", indices)):
         if tuple(tensor.shape) == expected:
             continue
-        hint = ""
-        if tensor.ndim == 2 and tensor.shape[1] == expected[1] + 1 and ref_includes_query:
-            hint = (
-                " The width is k + 1: with ref_includes_query=True the backend must search "
-                "k + 1 neighbours and then drop each query's own row, e.g. with "
-                "pytorch_metric_learning.evaluation.remove_self_matches."
-            )
+        wide = tensor.ndim == 2 and tensor.shape[1] == expected[1] + 1
         raise BackendOutputError(
             f"The {name} must return {part} of shape {expected} (len(query), k). "
-            f"Got {tuple(tensor.shape)} instead.{hint}"
+            f"Got {tuple(tensor.shape)} instead.{_width_hint(ref_includes_query) if wide else ''}"
         )
+
+
+def _width_hint(ref_includes_query: bool) -> str:
+    if ref_includes_query:
+        return (
+            " The width is k + 1: with ref_includes_query=True the backend must search "
+            "k + 1 neighbours and then drop each query's own row, e.g. with "
+            "pytorch_metric_learning.evaluation.remove_self_matches."
+        )
+    return (
+        " The width is k + 1: only a self-search (ref_includes_query=True) searches one "
+        "extra neighbour, to drop each query's own row; this call had "
+        "ref_includes_query=False."
+    )
 
 
 def _check_dtypes(distances: torch.Tensor, indices: torch.Tensor, name: str) -> None:
