@@ -14,17 +14,17 @@ from ..errors import BackendOutputError, BackendOutputTypeError
 from .protocols import knn_is_inverted
 from .registry import backend_name
 
-__all__ = ["check_knn_output", "describe_backend"]
+__all__ = ["check_knn_output"]
 
 _CONTRACT = "see the KNNFunc contract in pytorch_metric_learning.evaluation.protocols"
 
 
-def describe_backend(backend: Any) -> str:
+def _describe_backend(backend: Any) -> str:
     """How error messages name a backend: its registry name and class, or its class alone.
 
     Example:
         >>> from pytorch_metric_learning.evaluation import load_knn_func
-        >>> describe_backend(load_knn_func("custom")), describe_backend("toy")
+        >>> _describe_backend(load_knn_func("custom")), _describe_backend("toy")
         ("k-NN backend 'custom' (CustomKNN)", "k-NN backend 'toy'")
     """
     if isinstance(backend, str):
@@ -85,7 +85,7 @@ def check_knn_output(
         ...     print(error)
         The k-NN backend returned row 0 containing its own index 0 in a self-search ...
     """
-    name = "k-NN backend" if backend is None else describe_backend(backend)
+    name = "k-NN backend" if backend is None else _describe_backend(backend)
     if caller:
         name = f"knn_func of {caller} ({name})"
     distances, indices = _two_tensors(output, name)
