@@ -451,3 +451,10 @@ def test_core_name_claim_warns_in_the_first_run_only(tmp_path) -> None:
     ]
     assert "pml-core-name-thief" in runs[0].stderr
     assert "pml-core-name-thief" not in runs[1].stderr
+
+
+def test_a_missing_required_option_is_named() -> None:
+    register_knn_backend("needs_distance", CustomKNN)
+    with pytest.raises(ValueError, match=r"'needs_distance' needs the options \['distance'\]"):
+        load_knn_func("needs_distance")
+    assert isinstance(load_knn_func({"name": "needs_distance", "distance": "cosine"}), CustomKNN)

@@ -119,14 +119,15 @@ def _kind_of(value: Any) -> str:
 def _unknown_options(
     signature: inspect.Signature, options: dict[str, Any], origin: Origin
 ) -> InvalidBackendOptionError:
-    accepted = [
-        p.name
+    named = [
+        p
         for p in signature.parameters.values()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
+    accepted = [p.name for p in named]
     unknown = sorted(set(options) - set(accepted))
     if not unknown:  # the options are known but a required one is missing
-        missing = [p.name for p in signature.parameters.values() if p.default is p.empty]
+        missing = [p.name for p in named if p.default is p.empty and p.name not in options]
         return InvalidBackendOptionError(
             f"The {origin.kind} backend {origin.name!r} needs the options {missing}. "
             f"Got {sorted(options)} instead."
