@@ -14,6 +14,7 @@ from pytorch_metric_learning.distances import CosineSimilarity, LpDistance
 from pytorch_metric_learning.evaluation import (
     AccuracyCalculator,
     CustomKNN,
+    check_knn_backend,
     check_knn_output,
     knn_is_inverted,
     register_knn_backend,
@@ -277,3 +278,40 @@ def test_numpy_inputs_to_check_knn_output_are_rejected_with_their_types() -> Non
     output = (np.zeros((2, 1)), np.zeros((2, 1), dtype=np.int64))
     with pytest.raises(errors.BackendOutputTypeError, match="'hnsw'.*numpy.ndarray"):
         check_knn_output(output, query, 1, backend="hnsw")
+
+
+# ----- check_knn_backend: a tiny search through every check -----
+
+
+class RotatingKNN:
+    """Valid answers (all tied, never the query itself) that change from call to call."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, query, k, reference=None, ref_includes_query=False):
+        self.calls += 1
+        rows = torch.arange(len(query)).unsqueeze(1)
+        columns = torch.arange(k).unsqueeze(0)
+        if ref_includes_query:
+            indices = (rows + 1 + columns) % len(reference)
+        else:
+            indices = (columns + self.calls + 0 * rows) % len(reference)
+        return torch.ones(len(query), k), indices
+
+
+@pytest.mark.parametrize(
+    "knn", [CustomKNN(LpDistance(normalize_embeddings=False)), CustomKNN(CosineSimilarity())]
+)
+def test_check_knn_backend_passes_exact_search(knn) -> None:
+    check_knn_backend(knn)
+
+
+def test_check_knn_backend_catches_a_forgetful_backend() -> None:
+    with pytest.raises(errors.BackendOutputError, match="ForgetfulKNN.*own index"):
+        check_knn_backend(ForgetfulKNN())
+
+
+def test_check_knn_backend_catches_nondeterminism() -> None:
+    with pytest.raises(errors.BackendOutputError, match="'rotating'.*deterministic"):
+        check_knn_backend(RotatingKNN(), backend="rotating")

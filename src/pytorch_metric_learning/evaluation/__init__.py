@@ -9,7 +9,7 @@ from ._plugin_proxy import FaissKMeans, FaissKNN
 from .accuracy_calculator import AccuracyCalculator
 from .kmeans import TorchKMeans
 from .knn import CustomKNN, remove_self_matches
-from .knn_output import check_knn_output
+from .knn_output import check_knn_backend, check_knn_output
 from .match_finder import MatchFinder
 from .mutual_information import adjusted_mutual_info, normalized_mutual_info
 from .protocols import KMeansFunc, KNNFunc, knn_is_inverted
@@ -46,6 +46,7 @@ __all__ = [
     "FaissKNN",
     "KMeansFunc",
     "KNNFunc",
+    "check_knn_backend",
     "check_knn_output",
     "knn_is_inverted",
     "remove_self_matches",

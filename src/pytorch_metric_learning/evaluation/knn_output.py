@@ -14,7 +14,7 @@ from ..errors import BackendOutputError, BackendOutputTypeError
 from .protocols import knn_is_inverted
 from .registry import backend_name
 
-__all__ = ["check_knn_output"]
+__all__ = ["check_knn_output", "check_knn_backend"]
 
 _CONTRACT = "see the KNNFunc contract in pytorch_metric_learning.evaluation.protocols"
 
@@ -99,6 +99,49 @@ def check_knn_output(
     inverted = backend is not None and not isinstance(backend, str) and knn_is_inverted(backend)
     _check_order(distances, inverted, name)
     return distances, indices
+
+
+def check_knn_backend(knn_func: Any, *, backend: Any = None) -> None:
+    """Run a tiny search through a k-NN backend and check every answer against the contract.
+
+    Three searches of 12 random float32 points in 3-D on the CPU: against a separate
+    reference, a self-search with ``k = n - 1`` (the most a self-search may ask for), and
+    the first search again, which must give the same indices (determinism). Meant for a
+    plugin's tests and for listing which installed backends work.
+
+    Args:
+        knn_func: The backend to try.
+        backend: How messages name it (default: ``knn_func`` itself).
+
+    Raises:
+        BackendOutputError: (a ``ValueError``) naming the backend and what it got wrong.
+
+    Example:
+        >>> from pytorch_metric_learning.evaluation import load_knn_func
+        >>> check_knn_backend(load_knn_func("custom"))
+        >>> def forgetful(query, k, reference=None, ref_includes_query=False):
+        ...     return load_knn_func("custom")(query, k, reference, False)
+        >>> try:
+        ...     check_knn_backend(forgetful)
+        ... except ValueError as error:
+        ...     print(error)
+        The k-NN backend forgetful returned row 0 containing its own index 0 ...
+    """
+    backend = knn_func if backend is None else backend
+    generator = torch.Generator().manual_seed(0)
+    query, reference = torch.randn(2, 12, 3, generator=generator).unbind(0)
+    calls = [(query[:5], 3, reference, False), (query, len(query) - 1, query, True)]
+    with torch.no_grad():
+        answers = [knn_func(*call) for call in calls]
+        for answer, call in zip(answers, calls):
+            check_knn_output(answer, *call, backend=backend)
+        again = check_knn_output(knn_func(*calls[0]), *calls[0], backend=backend)
+    if not torch.equal(again[1], answers[0][1]):
+        raise BackendOutputError(
+            f"The {_describe_backend(backend)} returned different neighbours for the same "
+            "search twice; the k-NN contract asks for deterministic results (seed what the "
+            "backend randomizes)."
+        )
 
 
 def _two_tensors(output: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
