@@ -48,13 +48,12 @@ def _unusable(device: torch.device) -> str:
     return ""
 
 
-def check_has_rows(embeddings: torch.Tensor, param: str, owner: str) -> torch.Tensor:
-    """Raise ``ValueError`` for embeddings without rows: there is nothing to evaluate."""
-    if len(embeddings) == 0:
-        raise invalid(
-            param, owner, "embeddings with at least one row", f"shape {tuple(embeddings.shape)}"
-        )
-    return embeddings
+def check_has_rows(query: torch.Tensor, reference: torch.Tensor, owner: str) -> None:
+    """Raise ``ValueError`` for a query or reference without rows: nothing to evaluate."""
+    for param, embeddings in (("query", query), ("reference", reference)):
+        if len(embeddings) == 0:
+            shape = f"shape {tuple(embeddings.shape)}"
+            raise invalid(param, owner, "embeddings with at least one row", shape)
 
 
 def check_labels_not_nan(labels: torch.Tensor, param: str, owner: str) -> torch.Tensor:

@@ -260,6 +260,7 @@ class AccuracyCalculator:
         query, query_labels, reference, reference_labels, ref_includes_query = self._inputs(
             query, query_labels, reference, reference_labels, ref_includes_query
         )
+        check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
         functions = self._functions_for_call(include, exclude)
         kwargs: dict[str, Any] = {
             "query": query,
@@ -351,8 +352,7 @@ class AccuracyCalculator:
         tensor = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
         if isinstance(tensor, torch.Tensor) and self.device is not None:
             tensor = tensor.to(self.device)
-        tensor = check_embeddings(tensor, param, "AccuracyCalculator.get_accuracy")
-        return check_has_rows(tensor, param, "AccuracyCalculator.get_accuracy")
+        return check_embeddings(tensor, param, "AccuracyCalculator.get_accuracy")
 
     def _labels(self, value: Any, param: str, embeddings: torch.Tensor) -> torch.Tensor:
         if isinstance(value, np.ndarray):
