@@ -62,8 +62,10 @@ def _write(path: Path, keys: list[str]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temp = tempfile.mkstemp(prefix=f".{_FILE}.", suffix=".tmp", dir=path.parent)
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                json.dump(keys, stream)
+            try:
+                os.write(handle, json.dumps(keys).encode("utf-8"))
+            finally:
+                os.close(handle)
             os.replace(temp, path)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -146,9 +146,11 @@ def check_knn_backend(knn_func: Any, *, backend: Any = None) -> None:
 
 def _two_tensors(output: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(output, (tuple, list)) or len(output) != 2:
+        got = type(output).__name__
+        if isinstance(output, (tuple, list)):
+            got = f"a {got} of {len(output)} items"
         raise BackendOutputTypeError(
-            f"The {name} must return a tuple (distances, indices). "
-            f"Got {type(output).__name__} instead; {_CONTRACT}."
+            f"The {name} must return a tuple (distances, indices). Got {got} instead; {_CONTRACT}."
         )
     kinds = [type(part).__module__ + "." + type(part).__name__ for part in output]
     if not all(isinstance(part, torch.Tensor) for part in output):
