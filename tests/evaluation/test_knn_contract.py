@@ -170,6 +170,7 @@ def test_width_k_plus_one_without_a_self_search_says_so() -> None:
     "broken, match, error",
     [
         (lambda d, i: (d, i.int()), "torch.long", TypeError),
+        (lambda d, i: (d, i.to(torch.uint64)), "Got torch.uint64.*indices.long", TypeError),
         (lambda d, i: (d.long(), i), "floating-point distances", TypeError),
         (lambda d, i: (d, i.to("meta")), "query's device", ValueError),
         (lambda d, i: (d * torch.nan, i), "NaN distances", ValueError),
