@@ -458,3 +458,9 @@ def test_a_missing_required_option_is_named() -> None:
     with pytest.raises(ValueError, match=r"'needs_distance' needs the options \['distance'\]"):
         load_knn_func("needs_distance")
     assert isinstance(load_knn_func({"name": "needs_distance", "distance": "cosine"}), CustomKNN)
+
+
+def test_an_entry_point_naming_a_module_or_a_value_is_explained(monkeypatch, plugin_module) -> None:
+    use_points(monkeypatch, point("mod", plugin_module, "pml-mod"))
+    with pytest.raises(errors.BackendDefinitionError, match="pml-mod.*not callable.*factory"):
+        load_knn_func("mod")

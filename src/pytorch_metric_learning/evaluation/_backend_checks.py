@@ -83,6 +83,11 @@ def bind_options(
     factory: Callable[..., Any], options: dict[str, Any], origin: Origin, call_args: tuple
 ) -> None:
     """Raise unless ``factory(**options)`` fits the factory's signature."""
+    if not callable(factory):
+        raise BackendDefinitionError(
+            f"The {origin} names {_short(factory)}, which is not callable: it must name a "
+            f"factory (a class, or a function returning a {origin.kind} backend)."
+        )
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -100,6 +105,11 @@ def bind_options(
             f"the backend. {fix} the class, or a function that returns the backend."
         )
     raise _unknown_options(signature, options, origin)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _binds(signature: inspect.Signature, args: tuple) -> bool:
