@@ -50,3 +50,13 @@ def test_calculator_scores_an_inner_product_index_like_exact_cosine_search() -> 
     exact = AccuracyCalculator(include=metrics, knn_func=CustomKNN(CosineSimilarity()))
     found, expected = faiss_ip.get_accuracy(x, labels), exact.get_accuracy(x, labels)
     assert found == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_live_index_set_by_hand_decides_is_inverted() -> None:
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    knn.index = faiss.IndexFlatIP(6)
+    reference = unit_rows(3, 30)
+    knn.add(reference)
+    assert knn.is_inverted is True and knn_is_inverted(knn) is True
+    query = unit_rows(4, 5)
+    check_knn_output(knn(query, 3), query, 3, reference, backend=knn)
