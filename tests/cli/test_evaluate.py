@@ -267,7 +267,7 @@ ERRORS = [
     (
         ("evaluate", "{q}", "--labels", "{l}", "--knn", '{{"name": "custom", "bogus": 1}}'),
         1,
-        "unexpected keyword argument 'bogus'",
+        "Unknown option ['bogus'] for the knn backend 'custom'",
     ),
     (
         ("evaluate", "{q}", "--labels", "{l}", "--reference", "{r}"),

@@ -17,10 +17,11 @@ from .bootstrap import (
     paired_bootstrap,
 )
 from .kmeans import TorchKMeans
-from .knn import CustomKNN
+from .knn import CustomKNN, remove_self_matches
+from .knn_output import check_knn_backend, check_knn_output
 from .match_finder import MatchFinder
 from .mutual_information import adjusted_mutual_info, normalized_mutual_info
-from .protocols import KMeansFunc, KNNFunc
+from .protocols import KMeansFunc, KNNFunc, knn_is_inverted
 from .registry import (
     list_kmeans_backends,
     list_knn_backends,
@@ -54,6 +55,10 @@ __all__ = [
     "FaissKNN",
     "KMeansFunc",
     "KNNFunc",
+    "check_knn_backend",
+    "check_knn_output",
+    "knn_is_inverted",
+    "remove_self_matches",
     "list_kmeans_backends",
     "list_knn_backends",
     "load_kmeans_func",

@@ -28,12 +28,14 @@ from .._warnings import warn_external
 from ..distances import LpDistance
 from ..errors import InvalidArgumentError, InvalidTypeError
 from . import metrics
+from ._calculator_checks import check_device, check_has_rows, check_labels_not_nan
 from ._compat import EQUALITY, legacy_knn_metric
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
 from ._metric_names import describe_families, parse_metric_name, per_query_function
 from ._per_query import PerQueryValues, collect_per_query, per_query_values
 from .kmeans import TorchKMeans
 from .knn import CustomKNN
+from .knn_output import check_knn_output
 from .mutual_information import adjusted_mutual_info, normalized_mutual_info
 from .registry import Spec, load_kmeans_func, load_knn_func
 
@@ -145,7 +147,7 @@ class AccuracyCalculator:
         self.return_per_class = bool(return_per_class)
         self.k = _check_k(k)
         self.label_comparison_fn = self._check_comparison(label_comparison_fn)
-        self.device = None if device is None else torch.device(device)
+        self.device = check_device(device, OWNER)
         self.knn_func = _default_knn() if knn_func is None else load_knn_func(knn_func)
         self.kmeans_func = TorchKMeans() if kmeans_func is None else load_kmeans_func(kmeans_func)
 
@@ -346,6 +348,7 @@ class AccuracyCalculator:
         query, query_labels, reference, reference_labels, ref_includes_query = self._inputs(
             query, query_labels, reference, reference_labels, ref_includes_query
         )
+        check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
         functions = self._functions_for_call(include, exclude)
         kwargs: dict[str, Any] = {
             "query": query,
@@ -412,8 +415,9 @@ class AccuracyCalculator:
                 "a tensor of labels when 'reference' is given",
                 None,
             )
+        same = reference is query  # a self-search passes one tensor object as both
         query = self._embeddings(query, "query")
-        reference = self._embeddings(reference, "reference")
+        reference = query if same else self._embeddings(reference, "reference")
         query_labels = self._labels(query_labels, "query_labels", query)
         reference_labels = self._labels(reference_labels, "reference_labels", reference)
         check_same_device(query, reference, "query and reference", OWNER)
@@ -463,7 +467,7 @@ class AccuracyCalculator:
                 type(value).__name__,
                 InvalidTypeError,
             )
-        value = value.to(embeddings.device)
+        value = check_labels_not_nan(value.to(embeddings.device), param, f"{OWNER}.get_accuracy")
         if value.ndim == 0 or len(value) != len(embeddings):
             raise invalid(
                 param,
@@ -572,7 +576,9 @@ class AccuracyCalculator:
             return empty, empty.long()
         with torch.no_grad():
             result = self.knn_func(query, k, reference, ref_includes_query)
-        return _check_knn_output(result, len(query), k, len(reference), query.device)
+        return check_knn_output(
+            result, query, k, reference, ref_includes_query, backend=self.knn_func, caller=OWNER
+        )
 
     # ----- clustering -----
 
@@ -783,36 +789,3 @@ def _check_reference_starts_with_query(
             "'query_labels'. Put the query first in the reference, or pass "
             "ref_includes_query=False."
         )
-
-
-def _check_knn_output(
-    result: Any, num_queries: int, k: int, num_reference: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    expected = (num_queries, k)
-    if (
-        not isinstance(result, (tuple, list))
-        or len(result) != 2
-        or not all(isinstance(part, torch.Tensor) for part in result)
-    ):
-        raise InvalidArgumentError(
-            "The knn_func of AccuracyCalculator must return (distances, indices) tensors. "
-            f"Got {type(result).__name__} instead."
-        )
-    distances, indices = result
-    for name, part in (("distances", distances), ("indices", indices)):
-        if tuple(part.shape) != expected:
-            raise InvalidArgumentError(
-                f"The knn_func of AccuracyCalculator must return {name} of shape {expected} "
-                f"(len(query), k). Got {tuple(part.shape)} instead."
-            )
-    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
-        raise InvalidArgumentError(
-            f"The knn_func of AccuracyCalculator must return integer indices. Got {indices.dtype} instead."
-        )
-    indices = indices.to(device=device, dtype=torch.long)
-    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= num_reference):
-        raise InvalidArgumentError(
-            f"The knn_func of AccuracyCalculator returned indices outside the reference of "
-            f"{num_reference} rows (range {int(indices.min())}..{int(indices.max())})."
-        )
-    return distances.to(device), indices
