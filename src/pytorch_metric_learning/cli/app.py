@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from .. import __version__
 from ..errors import BackendError, PMLError
-from . import backends, demo, evaluate, threshold
+from . import backends, compare, demo, evaluate, threshold
 from ._errors import UsageError
 
 __all__ = [
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules() -> list[Any]:
-    return [evaluate, threshold, backends, demo]
+    return [evaluate, compare, threshold, backends, demo]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

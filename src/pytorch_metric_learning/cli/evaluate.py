@@ -17,6 +17,15 @@ from ..evaluation.accuracy_calculator import (
     AccuracyCalculator,
 )
 from ._errors import UsageError
+from ._intervals import (
+    add_bootstrap_arguments,
+    bootstrap_settings,
+    check_ci_options,
+    check_metric_names,
+    interval_cell,
+    interval_header,
+    pop_intervals,
+)
 from ._output import format_table, write_json
 from ._specs import describe_spec, parse_spec
 from ._versions import environment_versions
@@ -61,7 +70,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=(),
         metavar="NAME,...",
         help=f"metrics to compute (default: {','.join(DEFAULT_METRICS)}); "
-        f"also {','.join(ON_REQUEST_METRICS)}",
+        f"also {','.join(ON_REQUEST_METRICS)} and recall_at_K, precision_at_K, "
+        "mean_average_precision_at_K, ndcg_at_K for any K, e.g. recall_at_1,recall_at_4",
     )
     parser.add_argument(
         "--k",
@@ -81,18 +91,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--avg-of-avgs", action="store_true", help="average per class, then over classes"
     )
     parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
+    add_bootstrap_arguments(parser, ci_default=None)
     parser.set_defaults(run=run)
 
 
 def _metric_names(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in KNOWN_METRICS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown metric {unknown[0] if unknown else text!r}; choose among "
-            f"{', '.join(KNOWN_METRICS)}"
-        )
-    return names
+    return check_metric_names(names, KNOWN_METRICS)
 
 
 def _k_value(text: str) -> int | str | None:
@@ -192,6 +197,7 @@ def check_device(text: str | None) -> torch.device | None:
 
 def run(args: argparse.Namespace) -> int:
     """Compute the metrics, print them as a table and/or write them as JSON; return 0."""
+    check_ci_options(args)
     inputs = load_inputs(args)
     calculator = build_calculator(args)
     metrics = calculator.get_accuracy(
@@ -200,12 +206,14 @@ def run(args: argparse.Namespace) -> int:
         inputs.reference,
         inputs.reference_labels,
         ref_includes_query=args.ref_includes_query,
+        return_per_query=args.ci is not None,
     )
+    intervals = pop_intervals(metrics, args)
     if args.output != "-":
         print(_describe_search(inputs, args))
-        print(_render(metrics, inputs, args.ref_includes_query))
+        print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci))
     if args.output:
-        write_json(args.output, _record(metrics, inputs, calculator, args))
+        write_json(args.output, _record(metrics, inputs, calculator, args, intervals))
     return 0
 
 
@@ -220,10 +228,20 @@ def _describe_search(inputs: EvaluationInputs, args: argparse.Namespace) -> str:
     return f"{args.query}: {rows} queries of {dims} dims searched in {target}\n"
 
 
-def _render(metrics: dict[str, Any], inputs: EvaluationInputs, ref_includes_query: bool) -> str:
+def _render(
+    metrics: dict[str, Any],
+    inputs: EvaluationInputs,
+    ref_includes_query: bool,
+    intervals: dict[str, Any] | None = None,
+    level: float | None = None,
+) -> str:
     lists = {name: value for name, value in metrics.items() if isinstance(value, list)}
     scalars = [[name, value] for name, value in metrics.items() if name not in lists]
-    blocks = [format_table(["metric", "value"], scalars)] if scalars else []
+    header = ["metric", "value"]
+    if intervals and level is not None:  # --ci: one more column
+        header.append(interval_header(level))
+        scalars = [[*row, interval_cell(intervals.get(row[0]))] for row in scalars]
+    blocks = [format_table(header, scalars)] if scalars else []
     if lists:
         classes = _per_class_names(inputs, lists, ref_includes_query)
         rows = [
@@ -259,8 +277,11 @@ def _record(
     inputs: EvaluationInputs,
     calculator: AccuracyCalculator,
     args: argparse.Namespace,
+    intervals: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     record: dict[str, Any] = {"metrics": metrics}
+    if intervals:
+        record["intervals"] = {name: value.as_dict() for name, value in intervals.items()}
     if any(isinstance(value, list) for value in metrics.values()):
         record["classes"] = _scored_classes(inputs, args.ref_includes_query)
     record["settings"] = {
@@ -276,6 +297,7 @@ def _record(
         "k": calculator.k,
         "avg_of_avgs": calculator.avg_of_avgs,
         "per_class": calculator.return_per_class,
+        "bootstrap": bootstrap_settings(args) if args.ci is not None else None,
         "device": str(calculator.device or inputs.query.device),
         "knn": {
             **describe_spec(_spec(args.knn, "--knn"), "knn", "custom"),

@@ -86,6 +86,7 @@ class FaissKNN:
             None if efSearch is None else check_positive_int(efSearch, "efSearch", _OWNER)
         )
         self._index: Any = None
+        self._inverted = False
         self._resources = _gpu.GpuResources(lambda: faiss.StandardGpuResources())
         self._warned_cpu_only = False
 
@@ -101,6 +102,19 @@ class FaissKNN:
             if value is not None:
                 options.append(f"{'index' if name == 'index_string' else name}={value!r}")
         return f"FaissKNN({', '.join(options)})"
+
+    @property
+    def is_inverted(self) -> bool:
+        """Whether the index ranks by inner product, so that larger values are nearer.
+
+        The live index's metric, else that of the index built last (the default
+        ``reset_after=True`` discards it after each call). ``faiss.IndexFlatIP`` and other
+        inner-product indexes return similarities, largest first; the k-NN contract reads
+        this declaration to check and merge their order.
+        """
+        if self._index is not None:
+            return bool(self._index.metric_type == faiss.METRIC_INNER_PRODUCT)
+        return self._inverted
 
     @property
     def index(self) -> Any:
@@ -285,6 +299,7 @@ class FaissKNN:
         if not isinstance(index, faiss.Index):
             raise invalid("index_init_fn", _OWNER, "a callable returning a faiss.Index", index)
         _check_dimension(index, dimension, "reference")
+        self._inverted = index.metric_type == faiss.METRIC_INNER_PRODUCT
         return index
 
     def _apply_search_params(self) -> None:
