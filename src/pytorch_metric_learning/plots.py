@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import torch
 
+from ._atomic import atomic_write
 from .errors import PMLError
 from .evaluation.thresholds import Metric, match_f1
 from .evaluation.verification import ThresholdCurve, threshold_curve
@@ -365,7 +366,5 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _save(figure: Figure, path: PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", dpi=120)
-    return path
+    """Write the PNG atomically: a failed save leaves any earlier plot at ``path`` intact."""
+    return atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=120))

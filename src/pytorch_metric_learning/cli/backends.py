@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ..evaluation.registry import BackendInfo, backend_info, kmeans_factory, knn_factory
-from ._output import format_table, write_json
+from ._commands import COMMANDS
+from ._output import format_table, write_results
 from ._versions import distribution_version
 
 __all__ = ["BackendStatus", "backend_statuses", "add_parser", "run"]
@@ -78,7 +79,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``backends`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "backends",
-        help="list the installed k-NN and k-means backends",
+        help=COMMANDS["backends"][1],
         description="List every installed k-NN and k-means backend: its name, the "
         "distribution that provides it with its version, and whether it imports.",
     )
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         print(_render(rows))
     if args.output:
-        write_json(
+        write_results(
             args.output, {kind: [asdict(row) for row in found] for kind, found in rows.items()}
         )
     broken = sum(row.status == "broken" for found in rows.values() for row in found)

@@ -32,12 +32,14 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from .._atomic import atomic_write, atomic_write_text
 from ..distances import CosineSimilarity
 from ..errors import InvalidArgumentError, PMLError
 from ..evaluation.accuracy_calculator import AccuracyCalculator
 from ..testers import GlobalEmbeddingSpaceTester
 from ..trainers import MetricLossOnly
 from ..utils import logging_presets
+from ._commands import COMMANDS
 from ._output import format_table, write_json
 
 __all__ = [
@@ -253,8 +255,8 @@ def prepare_output(folder: Path, overwrite: bool = False) -> None:
         else:
             path.unlink()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / _MARKER).write_text(
-        "Written by pml-eval demo; its files here are replaced on each run.\n"
+    atomic_write_text(
+        folder / _MARKER, "Written by pml-eval demo; its files here are replaced on each run.\n"
     )
 
 
@@ -342,12 +344,13 @@ def _embed_splits(
         )
         embedded[name] = (embeddings, labels[:, 0])
         files[f"{name}_embeddings"] = output / f"{name}_embeddings.npz"
-        np.savez(
-            files[f"{name}_embeddings"],
-            embeddings=embeddings.numpy(),
-            labels=labels[:, 0].numpy(),
-        )
+        _save_npz(files[f"{name}_embeddings"], embeddings=embeddings, labels=labels[:, 0])
     return embedded
+
+
+def _save_npz(path: Path, **tensors: torch.Tensor) -> None:
+    arrays = {name: tensor.numpy() for name, tensor in tensors.items()}
+    atomic_write(path, lambda handle: np.savez(handle, **arrays))
 
 
 def _all_pairs(
@@ -371,7 +374,7 @@ def _choose_threshold(
     first, second, test_scores, test_same = _all_pairs(*embedded["test"])
     for name, scores, same in (("val", val_scores, val_same), ("test", test_scores, test_same)):
         files[f"{name}_pairs"] = output / f"{name}_pairs.npz"
-        np.savez(files[f"{name}_pairs"], scores=scores.numpy(), labels=same.numpy())
+        _save_npz(files[f"{name}_pairs"], scores=scores, labels=same)
     selection = select_threshold(val_scores, val_same, match_f1, is_inverted=True)
     finder = MatchFinder(CosineSimilarity(), threshold=selection.threshold)
     decided = finder.is_match(first, second)
@@ -448,7 +451,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "demo",
-        help="train, validate, test and choose a threshold on the UCI digits",
+        help=COMMANDS["demo"][1],
         description="Run the library's main job end to end on the UCI handwritten digits "
         "(bundled with scikit-learn; no network): train a small embedding network with "
         "validation after each epoch, keep the best model, score the test split, choose a "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import torch
@@ -17,7 +16,9 @@ from ..evaluation import (
     select_threshold,
 )
 from ..evaluation.thresholds import Metric
-from ._output import format_table, write_json
+from ._commands import COMMANDS
+from ._output import format_table, say_written, write_results
+from ._paths import check_outputs
 from ._versions import environment_versions
 from .loaders import load_match_labels, load_scores
 
@@ -66,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``threshold`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "threshold",
-        help="choose a verification threshold from scored pairs",
+        help=COMMANDS["threshold"][1],
         description="Choose the match threshold that maximizes a metric on labelled pairs. "
         "SCORES holds one distance per pair (smaller = more alike), or one similarity with "
         "--similarity; --labels says which pairs should match.",
@@ -97,6 +98,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Choose the threshold, print and/or write it, draw the plot if asked; return 0."""
+    check_outputs(
+        {"--output": args.output, "--plot": args.plot},
+        {"SCORES": args.scores, "--labels": args.labels},
+    )
     scores = load_scores(args.scores)
     labels = load_match_labels(args.labels, num_rows=len(scores))
     name, metric = args.metric
@@ -118,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         print(_render(record))
     if args.output:
-        write_json(args.output, record)
+        write_results(args.output, record)
     if args.plot:
         _plot(args, scores, labels, metric, name, selection.threshold)
     return 0
@@ -183,4 +188,4 @@ def _plot(
         threshold=threshold,
         title=str(args.scores),
     )
-    print(f"\nPlot written to {path}", file=sys.stderr if args.output == "-" else sys.stdout)
+    say_written("Plot", path, to_stderr=args.output == "-")
