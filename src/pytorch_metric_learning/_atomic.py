@@ -46,12 +46,19 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
             handle.close()
             os.replace(temporary, path)
     except OSError as error:
-        reason = error.strerror or str(error) or type(error).__name__
         raise FileWriteError(
-            f"Cannot write '{path}': {reason}. Any previous file there is unchanged."
+            f"Cannot write '{path}': {_reason(error, path)}. Any previous file there is unchanged."
         ) from error
     _fsync_folder(path.parent)
     return path
+
+
+def _reason(error: OSError, path: Path) -> str:
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            return f"'{blocking}' is a file, not a folder"
+    return error.strerror or str(error) or type(error).__name__
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,6 +27,8 @@ from ._versions import environment_versions
 from .loaders import encode_labels, load_embeddings, read_labels
 
 __all__ = ["EvaluationInputs", "load_inputs", "build_calculator", "add_parser", "run"]
+
+logger = logging.getLogger(__name__)
 
 KNOWN_METRICS = tuple(sorted(DEFAULT_METRICS + ON_REQUEST_METRICS))
 
@@ -232,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"--output": args.output}, _input_files(args))
     inputs = load_inputs(args)
     calculator = build_calculator(args)
+    _log_setup(inputs, calculator)
+    started = time.perf_counter()
     metrics = calculator.get_accuracy(
         inputs.query,
         inputs.query_labels,
@@ -239,12 +245,29 @@ def run(args: argparse.Namespace) -> int:
         inputs.reference_labels,
         ref_includes_query=args.ref_includes_query,
     )
+    logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query))
     if args.output:
         write_results(args.output, _record(metrics, inputs, calculator, args))
     return 0
+
+
+def _log_setup(inputs: EvaluationInputs, calculator: AccuracyCalculator) -> None:
+    """What ``-v`` adds: what was read and which backends will run."""
+    reference = inputs.query if inputs.reference is None else inputs.reference
+    logger.info(
+        "Read %d queries and %d references of %d dims (%s)",
+        len(inputs.query),
+        len(reference),
+        inputs.query.shape[1],
+        inputs.query.dtype,
+    )
+    logger.info(
+        "k-NN backend: %r; k-means backend: %r", calculator.knn_func, calculator.kmeans_func
+    )
+    logger.info("k: %s; device: %s", calculator.k, calculator.device or inputs.query.device)
 
 
 def _input_files(args: argparse.Namespace) -> dict[str, str | None]:

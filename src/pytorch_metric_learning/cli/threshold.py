@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 import torch
@@ -23,6 +24,8 @@ from ._versions import environment_versions
 from .loaders import load_match_labels, load_scores
 
 __all__ = ["parse_metric", "add_parser", "run"]
+
+logger = logging.getLogger(__name__)
 
 _METRICS: dict[str, Metric] = {
     "f1": match_f1,
@@ -105,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
     scores = load_scores(args.scores)
     labels = load_match_labels(args.labels, num_rows=len(scores))
     name, metric = args.metric
+    logger.info(
+        "Read %d scores (%d should match); metric: %s", len(scores), int(labels.sum()), name
+    )
     selection = select_threshold(scores, labels, metric, is_inverted=args.similarity)
     record = {
         "threshold": selection.threshold,
