@@ -146,7 +146,15 @@ def test_double_verbose_adds_debug_messages(tmp_path: Path) -> None:
     labels = write(tmp_path / "l.npy", np.arange(12) % 3)
     # A fresh interpreter: the registry logs a backend's loading only once per process.
     result = run_subprocess(
-        "-vv", "evaluate", query, "--labels", labels, "--metrics", "precision_at_1"
+        "-vv",
+        "evaluate",
+        query,
+        "--labels",
+        labels,
+        "--metrics",
+        "precision_at_1",
+        "--knn",
+        "custom",
     )
     assert result.code == 0
     assert "Loaded knn backend 'custom'" in result.err
