@@ -47,7 +47,7 @@ def test_usage_errors_are_one_line(cli, argv: tuple[str, ...], message: str) -> 
 
 
 def test_unexpected_errors_are_one_line(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(kind: str) -> list[object]:
+    def explode(*args: object) -> list[object]:
         raise ZeroDivisionError("boom")
 
     monkeypatch.setattr("pytorch_metric_learning.cli.backends.backend_statuses", explode)
@@ -59,7 +59,7 @@ def test_unexpected_errors_are_one_line(cli, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_traceback_flag_reraises(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(kind: str) -> list[object]:
+    def explode(*args: object) -> list[object]:
         raise ZeroDivisionError("boom")
 
     monkeypatch.setattr("pytorch_metric_learning.cli.backends.backend_statuses", explode)
@@ -158,3 +158,13 @@ def test_double_verbose_adds_debug_messages(tmp_path: Path) -> None:
     )
     assert result.code == 0
     assert "Loaded knn backend 'custom'" in result.err
+
+
+def test_demo_advice_names_the_command_as_it_was_started() -> None:
+    from pytorch_metric_learning.cli.demo import command_name
+
+    assert command_name(".venv/bin/pml-eval") == ".venv/bin/pml-eval"
+    assert command_name("/opt/my env/bin/pml-eval") == "'/opt/my env/bin/pml-eval'"
+    module_run = command_name("/src/pytorch_metric_learning/__main__.py")
+    assert module_run.endswith(" -m pytorch_metric_learning")
+    assert Path(module_run.split(" -m ")[0].strip("'")) == Path(sys.executable)

@@ -204,3 +204,15 @@ def test_a_foreign_folder_is_left_alone(cli, tmp_path: Path) -> None:
     overwritten = cli("demo", "--epochs", "1", "--no-plots", "--overwrite", "--output", folder)
     assert overwritten.code == 0, overwritten.err
     assert not (folder / "models" / "precious.pth").exists()
+
+
+def test_next_steps_run_as_printed(quick_demo: DemoRun) -> None:
+    """The commands the summary suggests work when pasted (no venv activation needed)."""
+    import shlex
+    import subprocess
+
+    lines = quick_demo.out.split("from the command line:")[1].strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        done = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (line, done.stderr)

@@ -18,6 +18,7 @@ Everything runs on the CPU and needs no network: ``pip install
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import sys
 import time
@@ -508,6 +509,7 @@ def _can_plot() -> bool:
 
 
 def _summary(result: DemoResult) -> str:
+    program = command_name()
     test = [[name, value] for name, value in sorted(result.test.items())]
     threshold, pairs = result.threshold, result.threshold["test"]
     lines = [
@@ -528,12 +530,28 @@ def _summary(result: DemoResult) -> str:
         *_file_lines(result.files),
         "",
         "Score the exported embeddings again from the command line:",
-        f"  pml-eval evaluate {result.files['test_embeddings']} "
+        f"  {program} evaluate {result.files['test_embeddings']} "
         f"--labels {result.files['test_embeddings']}",
-        f"  pml-eval threshold {result.files['val_pairs']} --labels {result.files['val_pairs']} "
+        f"  {program} threshold {result.files['val_pairs']} --labels {result.files['val_pairs']} "
         "--similarity",
     ]
     return "\n".join(lines)
+
+
+def command_name(argv0: str | None = None) -> str:
+    """How to run ``pml-eval`` again as this run was started (``.venv/bin/pml-eval``, ...).
+
+    A console script is named as it was typed, path included, so the advice works without
+    activating the virtual environment; ``python -m`` runs get the interpreter's path.
+
+    Example:
+        >>> command_name(".venv/bin/pml-eval")
+        '.venv/bin/pml-eval'
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).stem == "pml-eval":
+        return shlex.quote(argv0)
+    return f"{shlex.quote(sys.executable)} -m pytorch_metric_learning"
 
 
 def _file_lines(files: dict[str, Path]) -> list[str]:
