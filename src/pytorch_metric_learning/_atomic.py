@@ -13,7 +13,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from .errors import PMLError
 
@@ -24,7 +24,7 @@ class FileWriteError(PMLError, OSError):
     """A file could not be written; the previous file at that path is unchanged."""
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> Path:
     """Call ``write`` on a binary temporary file, then move it onto ``path`` atomically.
 
     Parent folders are created. Raises :class:`FileWriteError` naming ``path`` (with the

@@ -350,7 +350,7 @@ def _embed_splits(
 
 
 def _save_npz(path: Path, **tensors: torch.Tensor) -> None:
-    arrays = {name: tensor.numpy() for name, tensor in tensors.items()}
+    arrays: dict[str, Any] = {name: tensor.numpy() for name, tensor in tensors.items()}
     atomic_write(path, lambda handle: np.savez(handle, **arrays))
 
 
