@@ -219,3 +219,35 @@ def test_an_empty_csv_is_named(cli, tmp_path: Path, content: str) -> None:
         result = cli(*argv)
         assert result.code == 1
         assert f"'{empty}' is empty" in error_line(result.err)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "threshold", "backends"])
+def test_an_output_that_is_a_folder_is_refused(cli, tmp_path: Path, command: str) -> None:
+    inputs = {
+        "evaluate": [
+            write(tmp_path / "q.npy", np.eye(4)),
+            "--labels",
+            write(tmp_path / "l.npy", np.arange(4) % 2),
+        ],
+        "threshold": [
+            write(tmp_path / "s.npy", np.linspace(0, 1, 4)),
+            "--labels",
+            write(tmp_path / "m.npy", np.arange(4) < 2),
+        ],
+        "backends": [],
+    }[command]
+    (tmp_path / "folder").mkdir()
+    result = cli(command, *inputs, "--output", tmp_path / "folder")
+    assert result.code == 2
+    assert "is a folder" in error_line(result.err)
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
+def test_the_demo_refuses_a_file_as_its_folder(cli, tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    target = tmp_path / "results.txt"
+    target.write_text("keep me")
+    result = cli("demo", "--quick", "--output", target)
+    assert result.code == 1
+    assert "is a file" in error_line(result.err)
+    assert target.read_text() == "keep me"

@@ -12,7 +12,7 @@ __all__ = ["check_outputs"]
 
 
 def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | None]) -> None:
-    """Raise :class:`UsageError` if an output path names an input file or another output.
+    """Raise :class:`UsageError` if an output path names an input, another output or a folder.
 
     Keys are the option names (``--output``, ``QUERY``); ``None`` and ``-`` (stdout) are
     skipped, and an input's ``:KEY`` suffix is ignored. Paths are compared as files
@@ -29,6 +29,8 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | 
     for option, text in outputs.items():
         if not text or text == "-":
             continue
+        if os.path.isdir(text):
+            raise UsageError(f"{option} '{text}' is a folder; give the path of a file in it.")
         for other, path in files.items():
             if _same_file(Path(text), path):
                 role = "an output of this command too" if other in outputs else "an input"

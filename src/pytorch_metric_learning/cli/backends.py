@@ -15,6 +15,7 @@ from ..evaluation.registry import BackendInfo, backend_info, load_kmeans_func, l
 from ._backend_check import kmeans_problem, knn_problem
 from ._commands import COMMANDS
 from ._output import format_table, write_results
+from ._paths import check_outputs
 from ._versions import distribution_version
 
 __all__ = ["BackendStatus", "backend_statuses", "add_parser", "run"]
@@ -106,6 +107,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List the backends; exit code 0 even when some are not ok (the listing says which)."""
+    check_outputs({"--output": args.output}, {})
     rows = {kind: backend_statuses(kind, args.check) for kind in _LOADERS}
     if args.output != "-":
         print(_render(rows))

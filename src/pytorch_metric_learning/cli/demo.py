@@ -241,9 +241,14 @@ def prepare_output(folder: Path, overwrite: bool = False) -> None:
     anything else in the folder is left alone.
 
     Raises:
-        InvalidArgumentError: ``folder`` holds files with the demo's names but is not a
-            demo folder, and ``overwrite`` is false.
+        InvalidArgumentError: ``folder`` is a file, or holds files with the demo's names
+            but is not a demo folder, and ``overwrite`` is false.
     """
+    if folder.exists() and not folder.is_dir():
+        raise InvalidArgumentError(
+            f"The demo writes into a folder, but --output '{folder}' is a file. "
+            "Choose another --output."
+        )
     existing = [folder / name for name in _OUTPUT_NAMES if (folder / name).exists()]
     if existing and not (overwrite or (folder / _MARKER).is_file()):
         raise InvalidArgumentError(
