@@ -16,6 +16,7 @@ import torch
 
 from ._atomic import atomic_write
 from .errors import PMLError
+from .evaluation._install_hint import extra_install_hint
 from .evaluation.thresholds import Metric, match_f1
 from .evaluation.verification import ThresholdCurve, threshold_curve
 
@@ -33,7 +34,6 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
-INSTALL_HINT = 'pip install "pytorch-metric-learning[plots]"'
 
 
 class PlotsNotInstalledError(PMLError, ModuleNotFoundError):
@@ -357,7 +357,8 @@ def _new_figure(width: float, height: float) -> Figure:
         from matplotlib.figure import Figure
     except ModuleNotFoundError as error:
         raise PlotsNotInstalledError(
-            f"Plots need matplotlib, which is not installed. Install it with: {INSTALL_HINT}",
+            "Plots need matplotlib, which is not installed. Install it with: "
+            f"{extra_install_hint('plots')}",
             name="matplotlib",
         ) from error
     figure = Figure(figsize=(width, height), layout="constrained")

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pytorch_metric_learning.evaluation._install_hint import plugin_install_hint, source_checkout
+from pytorch_metric_learning.evaluation._install_hint import (
+    extra_install_hint,
+    plugin_install_hint,
+    source_checkout,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = 'pip install "pytorch-metric-learning[faiss]"'
@@ -42,6 +46,8 @@ def test_a_source_checkout_names_its_plugin_folder(
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     assert source_checkout() == checkout
     assert plugin_install_hint("faiss") == f"pip install -e '{checkout}/plugins/faiss'"
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    assert extra_install_hint("plots") == f"pip install -e '{checkout}[plots]'"
 
 
 @pytest.mark.parametrize(
@@ -60,6 +66,7 @@ def test_other_installations_name_the_published_extra(
     _installed(tmp_path / "site", direct_url)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     assert plugin_install_hint("faiss") == PUBLISHED
+    assert extra_install_hint("plots") == 'pip install "pytorch-metric-learning[plots]"'
 
 
 def test_a_checkout_without_the_plugin_folder_names_the_published_extra(

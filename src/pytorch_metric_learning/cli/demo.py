@@ -36,6 +36,7 @@ from torch.utils.data import TensorDataset
 from .._atomic import atomic_write, atomic_write_text
 from ..distances import CosineSimilarity
 from ..errors import InvalidArgumentError, PMLError
+from ..evaluation._install_hint import extra_install_hint
 from ..evaluation.accuracy_calculator import AccuracyCalculator
 from ..testers import GlobalEmbeddingSpaceTester
 from ..trainers import MetricLossOnly
@@ -55,7 +56,6 @@ __all__ = [
     "run",
 ]
 
-INSTALL_HINT = 'pip install "pytorch-metric-learning[demo]"'
 PRIMARY_METRIC = "precision_at_1"
 _MARKER = ".pml-eval-demo"
 _OUTPUT_NAMES = (
@@ -127,7 +127,7 @@ def load_digit_splits(seed: int = 0) -> dict[str, TensorDataset]:
     except ModuleNotFoundError as error:
         raise DemoDependencyError(
             f"The demo reads the UCI digits that ship with scikit-learn, which is not "
-            f"installed. Install it with: {INSTALL_HINT}",
+            f"installed. Install it with: {extra_install_hint('demo')}",
             name="sklearn",
         ) from error
     digits = load_digits()
@@ -508,7 +508,8 @@ def _can_plot() -> bool:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        print(f"pml-eval: note: matplotlib is not installed, so no plots ({INSTALL_HINT}).")
+        hint = extra_install_hint("demo")
+        print(f"pml-eval: note: matplotlib is not installed, so no plots ({hint}).")
         return False
     return True
 

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 10):
 else:  # pragma: no cover
     from importlib_metadata import PackageNotFoundError, distribution
 
-__all__ = ["plugin_install_hint", "source_checkout"]
+__all__ = ["plugin_install_hint", "extra_install_hint", "source_checkout"]
 
 CORE_DISTRIBUTION = "pytorch-metric-learning"
 
@@ -41,6 +41,22 @@ def plugin_install_hint(plugin: str) -> str:
     if folder is not None and (folder / "pyproject.toml").is_file():
         return f"pip install -e {shlex.quote(str(folder))}"
     return f'pip install "{CORE_DISTRIBUTION}[{plugin}]"'
+
+
+def extra_install_hint(extra: str) -> str:
+    """The command that adds the core's optional extra ``extra`` (``"plots"``, ``"demo"``).
+
+    From a source checkout, the checkout itself with the extra (``pip install -e
+    'CHECKOUT[plots]'``); otherwise ``pip install "pytorch-metric-learning[plots]"``.
+
+    Example:
+        >>> extra_install_hint("plots")  # doctest: +ELLIPSIS
+        'pip install ...[plots]...'
+    """
+    checkout = source_checkout()
+    if checkout is not None and (checkout / "pyproject.toml").is_file():
+        return f"pip install -e {shlex.quote(f'{checkout}[{extra}]')}"
+    return f'pip install "{CORE_DISTRIBUTION}[{extra}]"'
 
 
 def source_checkout(name: str = CORE_DISTRIBUTION) -> Path | None:
