@@ -3,12 +3,14 @@
 The new content goes to a temporary file in the destination's folder (same file system),
 is flushed and fsynced, and then replaces the destination with :func:`os.replace`, which is
 atomic on POSIX and Windows. If anything fails, the temporary file is removed, the
-destination is left as it was, and the error names the destination.
+destination is left as it was, and the error names the destination. A successful write
+also removes the temporary files that killed writes of the same destination left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from collections.abc import Iterator
@@ -50,7 +52,15 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
             f"Cannot write '{path}': {_reason(error, path)}. Any previous file there is unchanged."
         ) from error
     _fsync_folder(path.parent)
+    _remove_leftovers(path)
     return path
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Temporary files of ``path`` from writes that were killed (``kill -9``) half-way."""
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
 
 
 def _reason(error: OSError, path: Path) -> str:

@@ -251,3 +251,29 @@ def test_the_demo_refuses_a_file_as_its_folder(cli, tmp_path: Path) -> None:
     assert result.code == 1
     assert "is a file" in error_line(result.err)
     assert target.read_text() == "keep me"
+
+
+def test_leftovers_of_a_killed_write_are_removed_by_the_next_save(cli, files) -> None:
+    folder = files["out"].parent
+    leftover = folder / ".results.json.k1ll3d.tmp"
+    leftover.write_text('{"half": ')
+    unrelated = folder / ".other.json.abc.tmp"
+    unrelated.write_text("not ours to remove")
+    assert _evaluate(cli, files, files["out"]).code == 0
+    assert not leftover.exists()
+    assert unrelated.read_text() == "not ours to remove"
+
+
+def test_a_failed_plot_keeps_the_previous_plot(cli, tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    scores = write(tmp_path / "s.npy", np.linspace(0, 1, 20))
+    labels = write(tmp_path / "l.npy", np.arange(20) < 10)
+    plot = tmp_path / "plot.png"
+    plot.write_bytes(b"\x89PNG previous plot")
+    monkeypatch.setattr(os, "replace", _failing(errno.ENOSPC))
+    result = cli("threshold", scores, "--labels", labels, "--plot", plot)
+    monkeypatch.undo()
+    assert result.code == 1
+    assert f"'{plot}'" in error_line(result.err)
+    assert plot.read_bytes() == b"\x89PNG previous plot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.npy", "plot.png", "s.npy"]
