@@ -339,3 +339,20 @@ def test_cuda_device_without_cuda(cli, tmp_path: Path, data) -> None:
     result = cli("evaluate", files["q"], "--labels", files["l"], "--device", "cuda")
     assert result.code == 2
     assert "CUDA is not available" in result.err
+
+
+def test_a_backend_name_two_distributions_claim_exits_3(
+    cli, tmp_path: Path, data, fake_plugins
+) -> None:
+    from .conftest import add_distribution, error_line
+
+    source = "class Backend:\n    def __call__(self, query, k, reference=None, ref_includes_query=False):\n        raise NotImplementedError\n"
+    for name in ("fake-claim-one", "fake-claim-two"):
+        module = name.replace("-", "_").replace("fake", "fake_pml")
+        entry = f"[pytorch_metric_learning.knn_backends]\nclaimed = {module}:Backend\n"
+        add_distribution(fake_plugins, name, "0.1", entry, {module: source})
+    files = _files(tmp_path, data)
+    result = cli("evaluate", files["q"], "--labels", files["l"], "--knn", "claimed")
+    assert result.code == 3
+    line = error_line(result.err)
+    assert "fake-claim-one" in line and "fake-claim-two" in line
