@@ -103,3 +103,29 @@ def bench_pml29(session: nox.Session) -> None:
         *session.posargs,
         external=True,
     )
+
+
+@nox.session
+def compat_pml29(session: nox.Session) -> None:
+    """tests/compat/pml29_compare.py: the 2.x helpers here and in 2.9.0 give equal outputs.
+
+    As in ``bench_pml29``, 2.9.0 lives alone in this session's virtualenv (with faiss-cpu
+    and scikit-learn, which its imports need) and this project in a second one beside it.
+    Not one of the default sessions. ``nox -R -s compat_pml29 -- --cases 200 --seed 3``
+    reuses both.
+    """
+    session.install(*CONSTRAINTS, PML29, "faiss-cpu", "scikit-learn")
+    ours = Path(session.virtualenv.location).parent / f"{session.name}_ours"
+    ours_python = str(ours / "bin" / "python")
+    session.run_install("python", "-m", "venv", "--clear", str(ours))
+    session.run_install(
+        ours_python, "-m", "pip", "install", "-q", *CONSTRAINTS, "-e", ".", external=True
+    )
+    session.run(
+        ours_python,
+        "tests/compat/pml29_compare.py",
+        "--pml29-python",
+        str(Path(session.bin) / "python"),
+        *session.posargs,
+        external=True,
+    )

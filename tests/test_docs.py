@@ -9,6 +9,8 @@
 - A file whose Python blocks mention faiss, or that carries the comment
   ``<!-- docs-test: faiss -->``, runs only in the faiss session (``-m faiss``).
 - Blocks run in a temporary working folder.
+- Libraries that a worked example wraps but that are not installed (hnswlib) are imported
+  from stand-ins in tests/fakes/, which come last on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<info>[^\n`]*)$")
 FILE_LABEL = re.compile(r"^\*\*`(?P<path>[^`]+)`\*\*$")
 FAISS_MARKER = "<!-- docs-test: faiss -->"
+# Stand-ins for optional libraries the docs' examples wrap (hnswlib), used when not installed.
+FAKES = ROOT / "tests" / "fakes"
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ def test_python_blocks_run(
         pytest.importorskip("faiss")
         pytest.importorskip("pytorch_metric_learning_faiss")
     install_example_project(text, tmp_path / "example", monkeypatch)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(FAKES)])  # real packages come first
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     for block in python_blocks(text):

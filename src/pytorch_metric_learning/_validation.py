@@ -17,6 +17,7 @@ __all__ = [
     "check_matrix",
     "check_finite",
     "check_same_device",
+    "float_if_integer",
 ]
 
 
@@ -75,3 +76,15 @@ def check_same_device(first: torch.Tensor, second: torch.Tensor, names: str, own
             f"The {names} of {owner} must be on the same device. "
             f"Got {first.device} and {second.device} instead; move one with .to()."
         )
+
+
+def float_if_integer(value: torch.Tensor) -> torch.Tensor:
+    """Integer or boolean embeddings as the default float dtype, as 2.x cast them.
+
+    Example:
+        >>> float_if_integer(torch.tensor([[1, 2]]))
+        tensor([[1., 2.]])
+    """
+    if value.is_floating_point() or value.is_complex():
+        return value
+    return value.to(torch.get_default_dtype())

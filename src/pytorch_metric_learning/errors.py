@@ -17,6 +17,10 @@ __all__ = [
     "BackendImportError",
     "BackendConflictError",
     "BackendRuntimeError",
+    "BackendDefinitionError",
+    "InvalidBackendOptionError",
+    "BackendOutputError",
+    "BackendOutputTypeError",
 ]
 
 
@@ -54,3 +58,23 @@ class BackendConflictError(BackendError, ValueError):
 
 class BackendRuntimeError(BackendError, RuntimeError):
     """A backend's own library failed while running a search or clustering."""
+
+
+class BackendDefinitionError(BackendError, TypeError):
+    """A backend's entry point or factory does not follow the plugin contract."""
+
+
+class InvalidBackendOptionError(InvalidArgumentError, TypeError):
+    """A backend spec passes an option that the backend's factory does not accept.
+
+    A mistake in the caller's spec (a config file, say), not in the backend: a
+    ``ValueError``, and a ``TypeError`` as the factory's own call would have raised.
+    """
+
+
+class BackendOutputError(BackendError, ValueError):
+    """A k-NN backend returned results that break the k-NN contract."""
+
+
+class BackendOutputTypeError(BackendOutputError, TypeError):
+    """A k-NN backend returned something other than two tensors of the contract's dtypes."""

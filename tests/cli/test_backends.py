@@ -175,12 +175,12 @@ class _Similarities:
     [
         (_exact, ""),
         (_Similarities(), ""),
-        (_keeps_self, "the self-search left a query's own row among its neighbours"),
-        (_unsorted, "not sorted nearest first"),
-        (_numpy, "returned (ndarray, ndarray), not two torch.Tensors"),
-        (_padded, "-1 indices (faiss-style padding"),
-        (_one_too_many, "k+1 columns"),
-        (_int32, "indices of dtype torch.int32, not torch.long"),
+        (_keeps_self, "containing its own index 0 in a self-search"),
+        (_unsorted, "rows not sorted nearest first"),
+        (_numpy, "must return torch tensors"),
+        (_padded, "-1 indices in 5 rows: faiss-style padding"),
+        (_one_too_many, "The width is k + 1"),
+        (_int32, "indices of dtype torch.long. Got torch.int32"),
         (_raises, "the search failed: RuntimeError: index not trained"),
     ],
 )
@@ -217,4 +217,6 @@ def test_a_plugin_that_keeps_self_matches_is_not_ok(cli, fake_plugins: Path) -> 
     entry = "[pytorch_metric_learning.knn_backends]\nfake_self = fake_pml_self:Backend\n"
     add_distribution(fake_plugins, "fake-self-plugin", "0.1", entry, {"fake_pml_self": source})
     line = ok_line_of(cli("backends").out, "fake_self")
-    assert "not ok (the self-search left a query's own row among its neighbours" in line
+    assert (
+        "not ok (The k-NN backend 'fake_self' (Backend) returned row 0 containing its own" in line
+    )

@@ -217,3 +217,19 @@ def test_next_steps_run_as_printed(quick_demo: DemoRun) -> None:
     for line in lines:
         done = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (line, done.stderr)
+
+
+def test_recall_at_k_with_intervals(quick_demo: DemoRun) -> None:
+    with np.load(quick_demo.folder / "test_embeddings.npz") as data:
+        embeddings, labels = data["embeddings"].astype(np.float64), data["labels"]
+    distances = ((embeddings[:, None, :] - embeddings[None, :, :]) ** 2).sum(axis=2)
+    np.fill_diagonal(distances, np.inf)
+    order = np.argsort(distances, axis=1, kind="stable")
+    recall = quick_demo.results["test_recall"]
+    assert list(recall) == ["recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8"]
+    for name, interval in recall.items():
+        k = int(name.rsplit("_", 1)[1])
+        hits = [(labels[row[:k]] == labels[i]).any() for i, row in enumerate(order)]
+        assert interval["value"] == pytest.approx(float(np.mean(hits)))
+        assert interval["low"] <= interval["value"] <= interval["high"]
+    assert "Recall@K" in quick_demo.out and "recall_at_8" in quick_demo.out

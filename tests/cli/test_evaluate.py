@@ -268,7 +268,7 @@ ERRORS = [
     (
         ("evaluate", "{q}", "--labels", "{l}", "--knn", '{{"name": "custom", "bogus": 1}}'),
         1,
-        "unexpected keyword argument 'bogus'",
+        "Unknown option ['bogus'] for the knn backend 'custom'",
     ),
     (
         ("evaluate", "{q}", "--labels", "{l}", "--reference", "{r}"),
@@ -286,9 +286,9 @@ ERRORS = [
         "argument --k: must be a positive int, max_bin_count or all",
     ),
     (
-        ("evaluate", "{q}", "--labels", "{l}", "--metrics", "precision_at_2"),
+        ("evaluate", "{q}", "--labels", "{l}", "--metrics", "precision_at_0"),
         2,
-        "unknown metric 'precision_at_2'",
+        "unknown metric 'precision_at_0'",
     ),
     (("evaluate", "{q}"), 2, "the following arguments are required: --labels"),
     (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import warnings
 import weakref
@@ -243,12 +244,13 @@ def test_random_inputs_match_the_oracle(n, num_labels, seed, k, separate):
     assert_close(got, want)
 
 
-def test_all_lone_is_nan_with_a_warning():
+def test_all_lone_is_nan_with_a_logged_warning(caplog):
     x = torch.randn(5, 3)
-    with pytest.warns(UserWarning, match="None of the query labels"):
+    with caplog.at_level(logging.WARNING, logger="pytorch_metric_learning"):
         got = knn_calc().get_accuracy(x, torch.arange(5))
+    assert "None of the query labels" in caplog.text
     assert all(math.isnan(got[name]) for name in KNN_METRICS)
-    with pytest.warns(UserWarning):
+    with caplog.at_level(logging.WARNING, logger="pytorch_metric_learning"):
         per_class = knn_calc(return_per_class=True).get_accuracy(x, torch.arange(5))
     assert len(per_class["r_precision"]) == 5
     assert all(math.isnan(v) for v in per_class["r_precision"])
@@ -361,16 +363,21 @@ def test_backend_is_called_once_without_gradients():
 
 def test_all_lone_does_not_search():
     spy = SpyKNN()
-    with pytest.warns(UserWarning):
-        knn_calc(knn_func=spy).get_accuracy(torch.randn(4, 2), torch.arange(4))
+    knn_calc(knn_func=spy).get_accuracy(torch.randn(4, 2), torch.arange(4))
     assert spy.calls == []
 
 
-def test_small_k_warns_for_r_metrics_and_points_at_the_caller():
+def test_small_k_for_r_metrics_is_logged_as_a_warning_as_in_2x(caplog):
     x, y = clustered(100, 5)
-    with pytest.warns(UserWarning, match="max_bin_count") as record:
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING):
+        warnings.simplefilter("error")  # a log record, not a UserWarning
+        AccuracyCalculator(include=("precision_at_1",), k=2).get_accuracy(x, y)
+        assert caplog.records == []
         AccuracyCalculator(include=("r_precision",), k=2).get_accuracy(x, y)
-    assert record[0].filename == __file__
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.name.startswith("pytorch_metric_learning.")
+    assert "max_bin_count" in record.getMessage() and "k=2" in record.getMessage()
 
 
 def test_large_int_k_is_clamped_with_a_warning_for_every_backend():
@@ -464,7 +471,7 @@ def test_invalid_options():
     with pytest.raises(ValueError):
         AccuracyCalculator(avg_of_avgs=True, return_per_class=True)
     with pytest.raises(ValueError):
-        AccuracyCalculator(include=("precision_at_2",))
+        AccuracyCalculator(include=("precision_at_0",))
     with pytest.raises(TypeError):
         AccuracyCalculator(include="precision_at_1")
 

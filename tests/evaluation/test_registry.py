@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import os
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -84,11 +85,11 @@ def test_build_table_ignores_a_plugin_claiming_a_core_name() -> None:
         ),
         point("custom", "thief:Backend", "thief-dist"),
     ]
-    with pytest.warns(RuntimeWarning, match="thief-dist"):
-        table = registry.build_table(points)
+    table = registry.build_table(points)
     assert [p.value for p in table["custom"]] == [
         "pytorch_metric_learning.evaluation.knn:default_custom_knn"
     ]
+    assert [p.value for p in registry.core_name_claims(points)] == ["thief:Backend"]
 
 
 def test_listing_imports_no_backend_module(monkeypatch) -> None:
@@ -255,3 +256,214 @@ def test_library_logging_is_silent_by_default() -> None:
     logger = logging.getLogger("pytorch_metric_learning")
     assert any(isinstance(h, logging.NullHandler) for h in logger.handlers)
     assert logger.level == logging.NOTSET
+
+
+# ----- what a plugin author sees when the entry point or factory is wrong -----
+
+PLUGIN_MODULE = """
+class Backend:
+    def __init__(self, window=3, seed=0):
+        self.window, self.seed = window, seed
+
+    def __call__(self, query, k, reference=None, ref_includes_query=False):
+        raise AssertionError("never searched in these tests")
+
+
+class WrongCall:
+    def __call__(self, query):
+        return None
+
+
+backend = Backend()
+"""
+
+
+@pytest.fixture
+def plugin_module(tmp_path, monkeypatch):
+    """A real module on sys.path, named uniquely so no test sees another's import."""
+    name = f"pml_plugin_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(PLUGIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def use_points(monkeypatch, *points) -> None:
+    monkeypatch.setattr(registry, "entry_points", lambda group: list(points))
+
+
+def test_wrong_call_signature_shows_the_expected_one_and_the_distribution(
+    monkeypatch, plugin_module
+) -> None:
+    use_points(monkeypatch, point("wrong", f"{plugin_module}:WrongCall", "pml-wrong"))
+    with pytest.raises(TypeError) as info:
+        load_knn_func("wrong")
+    message = str(info.value)
+    assert isinstance(info.value, errors.BackendDefinitionError)
+    assert "pml-wrong" in message and "'wrong'" in message
+    assert "(query)" in message
+    assert "(query, k, reference=None, ref_includes_query=False)" in message
+
+
+def test_an_instance_named_by_the_entry_point_is_explained(monkeypatch, plugin_module) -> None:
+    use_points(monkeypatch, point("inst", f"{plugin_module}:backend", "pml-inst"))
+    with pytest.raises(errors.BackendDefinitionError, match="pml-inst") as info:
+        load_knn_func("inst")
+    message = str(info.value)
+    assert "instance of Backend" in message and "not a factory" in message
+    assert isinstance(info.value, TypeError)
+
+
+def test_a_misspelled_module_names_it_and_does_not_say_reinstall(
+    monkeypatch, plugin_module
+) -> None:
+    use_points(monkeypatch, point("typo", f"{plugin_module}_x:Backend", "pml-typo"))
+    with pytest.raises(ImportError) as info:
+        load_knn_func("typo")
+    message = str(info.value)
+    assert f"{plugin_module}_x" in message and "pml-typo" in message
+    assert "misspelled" in message and "Reinstall" not in message
+    assert isinstance(info.value, errors.BackendImportError)
+
+
+def test_a_misspelled_attribute_names_it_and_suggests_the_right_one(
+    monkeypatch, plugin_module
+) -> None:
+    use_points(monkeypatch, point("typo", f"{plugin_module}:Backnd", "pml-typo"))
+    with pytest.raises(ImportError, match="'Backnd'.*Did you mean 'Backend'") as info:
+        load_knn_func("typo")
+    assert "Reinstall" not in str(info.value) and "pml-typo" in str(info.value)
+
+
+def test_an_import_error_inside_the_plugin_still_says_reinstall(tmp_path, monkeypatch) -> None:
+    (tmp_path / "pml_needs_missing_dep.py").write_text("import pml_dependency_not_there\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    use_points(monkeypatch, point("dep", "pml_needs_missing_dep:X", "pml-dep"))
+    with pytest.raises(ImportError, match="pml-dep.*pml_dependency_not_there.*Reinstall"):
+        load_knn_func("dep")
+
+
+@pytest.mark.parametrize(
+    "spec, unknown, hint",
+    [
+        ({"name": "custom", "k": 5}, "'k'", None),
+        ({"name": "custom", "batch_sise": 64}, "'batch_sise'", "Did you mean 'batch_size'"),
+    ],
+)
+def test_an_unknown_spec_option_lists_the_accepted_ones(spec, unknown, hint) -> None:
+    with pytest.raises(errors.InvalidBackendOptionError) as info:
+        load_knn_func(spec)
+    message = str(info.value)
+    assert unknown in message and "'custom'" in message
+    assert "['distance', 'batch_size']" in message
+    assert "default_custom_knn()" not in message
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+    if hint:
+        assert hint in message
+
+
+def test_an_unknown_option_of_a_plugin_names_its_distribution(monkeypatch, plugin_module) -> None:
+    use_points(monkeypatch, point("win", f"{plugin_module}:Backend", "pml-win"))
+    with pytest.raises(ValueError, match=r"\['windw'\].*pml-win.*\['window', 'seed'\]"):
+        load_knn_func({"name": "win", "windw": 4})
+    assert load_knn_func({"name": "win", "window": 4}).window == 4
+
+
+def test_accuracy_calculator_reports_an_unknown_option_the_same_way() -> None:
+    from pytorch_metric_learning.evaluation import AccuracyCalculator
+
+    with pytest.raises(ValueError, match="Unknown option.*'k'.*'batch_size'"):
+        AccuracyCalculator(knn_func={"name": "custom", "k": 5})
+
+
+# ----- "a plugin claims a core name": once per environment, then only logged -----
+
+
+class VersionedDist(FakeDist):
+    def __init__(self, name: str, version: str) -> None:
+        super().__init__(name)
+        self.version = version
+
+
+def claim_points(version: str) -> list[EntryPoint]:
+    core = EntryPoint(
+        name="custom",
+        value="pytorch_metric_learning.evaluation.knn:default_custom_knn",
+        group=registry.KNN_GROUP,
+    )
+    thief = EntryPoint(name="custom", value="thief:Backend", group=registry.KNN_GROUP)
+    if not hasattr(core, "_for"):
+        pytest.skip("EntryPoint cannot carry a distribution on this Python")
+    return [
+        core._for(VersionedDist("pytorch-metric-learning", "3.0")),
+        thief._for(VersionedDist("thief-dist", version)),
+    ]
+
+
+def claim_warnings(monkeypatch, version: str) -> list[str]:
+    import warnings
+
+    registry._reset_for_tests()  # a new run: the registry reads the entry points again
+    monkeypatch.setattr(registry, "entry_points", lambda group: claim_points(version))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        list_knn_backends()
+    return [str(w.message) for w in caught if "thief-dist" in str(w.message)]
+
+
+def test_core_name_claim_warns_once_per_environment_change(monkeypatch, caplog) -> None:
+    assert len(claim_warnings(monkeypatch, "1.0")) == 1
+    with caplog.at_level("INFO", logger=registry.__name__):
+        assert claim_warnings(monkeypatch, "1.0") == []
+    assert "thief-dist" in caplog.text  # still said, in the log
+    assert len(claim_warnings(monkeypatch, "1.1")) == 1  # the plugin changed
+    assert claim_warnings(monkeypatch, "1.1") == []
+    assert isinstance(load_knn_func("custom"), CustomKNN)
+
+
+@pytest.mark.parametrize("breakage", ["file_as_folder", "corrupt"])
+def test_an_unusable_cache_never_fails_and_keeps_warning(monkeypatch, tmp_path, breakage):
+    cache = tmp_path / "cache"
+    if breakage == "file_as_folder":
+        cache.write_text("not a folder")
+    else:
+        cache.mkdir()
+        (cache / "seen_notices.json").write_text("{not json")
+    monkeypatch.setenv("PML_CACHE_DIR", str(cache))
+    assert len(claim_warnings(monkeypatch, "1.0")) == 1
+    expected_again = 1 if breakage == "file_as_folder" else 0
+    assert len(claim_warnings(monkeypatch, "1.0")) == expected_again
+    if cache.is_dir():
+        assert [p.name for p in cache.iterdir()] == ["seen_notices.json"]  # no temp files
+
+
+@pytest.mark.slow
+@needs_test_plugins
+def test_core_name_claim_warns_in_the_first_run_only(tmp_path) -> None:
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "from pytorch_metric_learning.evaluation import list_knn_backends\n"
+        "list_knn_backends()\n"
+    )
+    env = {**os.environ, "PML_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        for _ in range(2)
+    ]
+    assert "pml-core-name-thief" in runs[0].stderr
+    assert "pml-core-name-thief" not in runs[1].stderr
+
+
+def test_a_missing_required_option_is_named() -> None:
+    register_knn_backend("needs_distance", CustomKNN)
+    with pytest.raises(ValueError, match=r"'needs_distance' needs the options \['distance'\]"):
+        load_knn_func("needs_distance")
+    assert isinstance(load_knn_func({"name": "needs_distance", "distance": "cosine"}), CustomKNN)
+
+
+def test_an_entry_point_naming_a_module_or_a_value_is_explained(monkeypatch, plugin_module) -> None:
+    use_points(monkeypatch, point("mod", plugin_module, "pml-mod"))
+    with pytest.raises(errors.BackendDefinitionError, match="pml-mod.*not callable.*factory"):
+        load_knn_func("mod")

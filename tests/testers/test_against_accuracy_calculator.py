@@ -239,7 +239,6 @@ def test_faiss_backends_by_name_give_the_same_numbers() -> None:
             assert results[0][split][key] == pytest.approx(value, rel=1e-6), key
 
 
-@pytest.mark.filterwarnings("ignore:None of the query labels:UserWarning")  # the calculator's
 def test_same_parent_leaves_out_a_parent_of_lone_queries() -> None:
     net = model()
     query_data, query_labels = clustered(12, seed=8)

@@ -11,6 +11,7 @@ pytestmark = pytest.mark.faiss
 
 MODULES = [
     "pytorch_metric_learning_faiss._gpu",
+    "pytorch_metric_learning_faiss.index_helpers",
     "pytorch_metric_learning_faiss.kmeans",
     "pytorch_metric_learning_faiss.knn",
     "pytorch_metric_learning_faiss.pca",

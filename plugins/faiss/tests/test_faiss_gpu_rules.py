@@ -227,7 +227,7 @@ def test_index_moves_to_the_requested_gpu(fake_faiss: FakeFaiss) -> None:
     assert fake_faiss.log[0] == ("to_gpu", 1)
     # CPU tensors reach the GPU index as (float32) CPU copies.
     assert ("add", 1, "ndarray") in fake_faiss.log and ("search", 1, "ndarray", 3) in fake_faiss.log
-    assert _gpu.index_gpus(knn.faiss_index, fake_faiss) == (1,)
+    assert _gpu.index_gpus(knn.index, fake_faiss) == (1,)
     assert torch.equal(indices, brute_force_knn(query, reference, 3)[1])
     assert distances.device == query.device
 
@@ -252,7 +252,7 @@ def test_several_gpus_shard_the_index_and_get_cpu_copies(fake_faiss: FakeFaiss) 
     _, indices = knn(query, 4, reference)
     assert fake_faiss.log[0] == ("to_gpus", (0, 1), True)
     assert ("search", "shards", "ndarray", 4) in fake_faiss.log
-    assert _gpu.index_gpus(knn.faiss_index, fake_faiss) == (0, 1)
+    assert _gpu.index_gpus(knn.index, fake_faiss) == (0, 1)
     assert fake_faiss.resources_made == 2
     assert torch.equal(indices, brute_force_knn(query, reference, 4)[1])
 
@@ -288,7 +288,7 @@ def test_a_gpu_index_searches_a_copy_on_the_cpu_for_large_k(
     assert ("to_cpu",) in fake_faiss.log
     assert not any(entry[0] == "search" and entry[1] == 0 for entry in fake_faiss.log)
     assert len([r for r in caplog.records if "2049" in r.getMessage()]) == 1
-    assert _gpu.index_gpus(knn.faiss_index, fake_faiss) == (0,)  # the GPU index stays
+    assert _gpu.index_gpus(knn.index, fake_faiss) == (0,)  # the GPU index stays
     assert indices[:, 0].tolist() == [0, 1]
 
 

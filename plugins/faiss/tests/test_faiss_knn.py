@@ -108,7 +108,7 @@ def test_index_init_fn_chooses_the_metric() -> None:
 def test_default_index_is_flat_l2() -> None:
     knn = FaissKNN(reset_after=False)
     knn(_data(0, 2, 3), 1, _data(1, 4, 3))
-    assert isinstance(knn.faiss_index, faiss.IndexFlatL2)
+    assert isinstance(knn.index, faiss.IndexFlatL2)
 
 
 # --- index life cycle ---------------------------------------------------------------------
@@ -118,13 +118,13 @@ def test_reset_before_builds_a_new_index_each_call() -> None:
     knn = FaissKNN(reset_before=True, reset_after=False)
     knn(_data(0, 3, 4), 1, _data(1, 10, 4))
     knn(_data(0, 3, 4), 1, _data(2, 15, 4))
-    assert knn.faiss_index.ntotal == 15
+    assert knn.index.ntotal == 15
 
 
 def test_reset_after_discards_the_index() -> None:
     knn = FaissKNN()
     knn(_data(0, 3, 4), 1, _data(1, 10, 4))
-    assert knn.faiss_index is None
+    assert knn.index is None
 
 
 def test_reset_after_discards_the_index_after_a_failed_search(
@@ -138,7 +138,7 @@ def test_reset_after_discards_the_index_after_a_failed_search(
     monkeypatch.setattr(faiss.IndexFlatL2, "search", fail)
     with pytest.raises(BackendRuntimeError):
         knn(_data(0, 3, 4), 1, _data(1, 10, 4))
-    assert knn.faiss_index is None
+    assert knn.index is None
 
 
 def test_accumulated_rows_continue_the_numbering() -> None:
@@ -147,7 +147,7 @@ def test_accumulated_rows_continue_the_numbering() -> None:
     knn(first[:1], 1, first)
     distances, indices = knn(second, 1, second)
     assert indices[:, 0].tolist() == list(range(10, 16))
-    assert knn.faiss_index.ntotal == 16
+    assert knn.index.ntotal == 16
     assert distances.abs().max() < 1e-5
 
 
@@ -167,18 +167,83 @@ def test_search_without_reference_uses_the_persistent_index() -> None:
     expected_distances, expected_indices = brute_force_knn(query, reference, 3)
     assert torch.equal(indices, expected_indices)
     torch.testing.assert_close(distances, expected_distances.float(), rtol=1e-4, atol=1e-4)
-    assert knn.faiss_index.ntotal == 30
+    assert knn.index.ntotal == 30
 
 
 def test_train_replaces_and_add_appends() -> None:
     knn = FaissKNN(reset_before=False, reset_after=False)
     knn.add(_data(0, 5, 3))  # no index yet: a new one
     knn.train(_data(1, 7, 3))
-    assert knn.faiss_index.ntotal == 7
+    assert knn.index.ntotal == 7
     more = _data(2, 4, 3)
     knn.add(more)
-    assert knn.faiss_index.ntotal == 11
+    assert knn.index.ntotal == 11
     assert knn(more, 1)[1][:, 0].tolist() == [7, 8, 9, 10]
+
+
+def test_index_is_the_live_index_and_none_when_empty() -> None:
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    assert knn.index is None
+    knn.train(_data(0, 6, 3))
+    assert knn.index is knn.faiss_index and knn.index.ntotal == 6
+    knn.reset()
+    assert knn.index is None
+
+
+def test_index_set_as_in_2x_is_the_one_searched() -> None:
+    reference, query = _data(0, 20, 4), _data(1, 3, 4)
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    knn.index = faiss.IndexFlatIP(4)  # 2.x code sets the index itself
+    knn.index.add(reference.numpy())
+    distances, indices = knn(query, 2)
+    scores = [[float(q @ r) for r in reference.double()] for q in query.double()]
+    expected = [sorted(range(20), key=lambda j: -row[j])[:2] for row in scores]
+    assert indices.tolist() == expected
+    assert knn.index.ntotal == 20
+
+
+def test_index_set_gets_the_search_parameters() -> None:
+    knn = FaissKNN(reset_before=False, reset_after=False, nprobe=4)
+    ivf = faiss.index_factory(3, "IVF2,Flat")
+    knn.index = ivf
+    assert faiss.extract_index_ivf(knn.index).nprobe == 4
+
+
+def test_index_rejects_what_is_not_a_faiss_index() -> None:
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    with pytest.raises(InvalidTypeError, match="'index' parameter of FaissKNN"):
+        knn.index = "IVF2,Flat"
+    assert knn.index is None
+
+
+def test_factory_string_is_kept_as_index_string() -> None:
+    knn = FaissKNN(index="HNSW32", reset_after=False)
+    assert knn.index_string == "HNSW32" and knn.index is None
+    knn(_data(0, 2, 4), 1, _data(1, 10, 4))
+    assert isinstance(faiss.downcast_index(knn.index), faiss.IndexHNSWFlat)
+
+
+def test_distance_names_the_metric_of_the_index() -> None:
+    assert FaissKNN().distance.power == 2 and not FaissKNN().distance.is_inverted
+    assert FaissKNN(index_init_fn=faiss.IndexFlatIP).distance is None  # not built yet
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    knn.index = faiss.IndexFlatIP(3)
+    assert knn.distance.is_inverted and not knn.distance.normalize_embeddings
+    reference, query = _data(0, 12, 3), _data(1, 4, 3)
+    knn.add(reference)
+    # the distance object reproduces the values and order the index returns
+    distances, indices = knn(query, 3)
+    expected = CustomKNN(knn.distance)(query, 3, reference)
+    assert torch.equal(indices, expected[1])
+    torch.testing.assert_close(distances, expected[0], rtol=1e-4, atol=1e-4)
+
+
+def test_train_and_add_take_numpy_arrays_as_2x_did() -> None:
+    reference = _data(0, 9, 3)
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    knn.train(reference[:5].numpy())
+    knn.add(reference[5:].numpy().astype(np.float64))
+    assert knn(reference, 1)[1][:, 0].tolist() == list(range(9))
 
 
 def test_save_and_load_round_trip(tmp_path: os.PathLike[str]) -> None:
@@ -189,7 +254,7 @@ def test_save_and_load_round_trip(tmp_path: os.PathLike[str]) -> None:
     knn.save(path)
     restored = FaissKNN(reset_before=False, reset_after=False)
     restored.load(tmp_path / "x.index")  # type: ignore[operator]
-    assert restored.faiss_index.ntotal == 40
+    assert restored.index.ntotal == 40
     assert torch.equal(restored(query, 4)[1], brute_force_knn(query, reference, 4)[1])
 
 
@@ -215,7 +280,7 @@ def test_load_of_a_damaged_file_is_a_clear_error(tmp_path: os.PathLike[str], cut
     with pytest.raises(BackendRuntimeError, match="not a faiss index file") as caught:
         restored.load(path)
     assert isinstance(caught.value.__cause__, RuntimeError)
-    assert restored.faiss_index is None
+    assert restored.index is None
 
 
 def test_save_into_a_missing_directory_is_a_library_error(tmp_path: os.PathLike[str]) -> None:
@@ -241,8 +306,8 @@ def test_index_factory_string_trains_on_the_reference(spec: str, kind: type) -> 
     reference, query = _data(0, 400, 8), _data(1, 10, 8)
     knn = FaissKNN(reset_after=False, index=spec, nprobe=4 if "IVF" in spec else None)
     distances, indices = knn(query, 5, reference)
-    assert isinstance(faiss.downcast_index(knn.faiss_index), kind)
-    assert knn.faiss_index.is_trained and knn.faiss_index.ntotal == 400
+    assert isinstance(faiss.downcast_index(knn.index), kind)
+    assert knn.index.is_trained and knn.index.ntotal == 400
     expected = brute_force_knn(query, reference, 5)[1]
     # Every list probed (IVF) or a 400-row graph (HNSW): the search is exact here.
     assert torch.equal(indices, expected)
@@ -252,10 +317,10 @@ def test_nprobe_and_ef_search_reach_the_index() -> None:
     reference = _data(0, 300, 4)
     ivf = FaissKNN(reset_after=False, index="IVF8,Flat", nprobe=3)
     ivf(reference[:2], 1, reference)
-    assert faiss.extract_index_ivf(ivf.faiss_index).nprobe == 3
+    assert faiss.extract_index_ivf(ivf.index).nprobe == 3
     hnsw = FaissKNN(reset_after=False, index="HNSW16", efSearch=77)
     hnsw(reference[:2], 1, reference)
-    assert faiss.downcast_index(hnsw.faiss_index).hnsw.efSearch == 77
+    assert faiss.downcast_index(hnsw.index).hnsw.efSearch == 77
 
 
 def test_search_params_apply_to_a_loaded_index(tmp_path: os.PathLike[str]) -> None:
@@ -265,7 +330,7 @@ def test_search_params_apply_to_a_loaded_index(tmp_path: os.PathLike[str]) -> No
     knn.save(path)
     restored = FaissKNN(reset_before=False, reset_after=False, nprobe=5)
     restored.load(path)
-    assert faiss.extract_index_ivf(restored.faiss_index).nprobe == 5
+    assert faiss.extract_index_ivf(restored.index).nprobe == 5
 
 
 def test_nprobe_on_a_flat_index_is_rejected() -> None:
@@ -313,7 +378,7 @@ def test_k_larger_than_a_persistent_index_leaves_it_unchanged() -> None:
     knn.train(_data(0, 5, 4))
     with pytest.raises(InvalidArgumentError, match="at most 8"):
         knn(_data(1, 2, 4), 9, _data(2, 3, 4))
-    assert knn.faiss_index.ntotal == 5
+    assert knn.index.ntotal == 5
 
 
 @pytest.mark.parametrize("k", [0, -1])

@@ -2,9 +2,11 @@
 
 A listing that only imports factories calls a backend "ok" that crashes on its first call
 or returns neighbours the metrics would silently misread. This check builds the backend
-with its defaults and runs one search (k-NN: a plain search and a self-search) or one
-clustering (k-means), then checks shapes, dtypes, index ranges, order and self-matches.
-A distributed backend runs in a temporary one-process group.
+with its defaults and runs it on tiny data: k-NN backends through
+:func:`~pytorch_metric_learning.evaluation.check_knn_backend` (a search, a self-search and
+a repeat: shapes, dtypes, index ranges, order, self-matches, determinism), k-means backends
+on two clusters (one ``torch.long`` id per row, below the number of clusters). A
+distributed backend runs in a temporary one-process group.
 """
 
 from __future__ import annotations
@@ -18,34 +20,31 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..errors import BackendOutputError
+from ..evaluation import check_knn_backend
 from ..evaluation.distributed import DistributedEvaluationError
 
 __all__ = ["knn_problem", "kmeans_problem"]
 
-_ROWS, _REFERENCES, _DIMS, _K = 5, 12, 4, 3
+_DIMS = 4
 
 
 def knn_problem(backend: Any) -> str:
     """Why ``backend`` breaks the k-NN contract on a tiny search, or ``""``.
+
+    The searches and checks are :func:`~pytorch_metric_learning.evaluation.check_knn_backend`'s.
 
     Example:
         >>> from pytorch_metric_learning.evaluation import load_knn_func
         >>> knn_problem(load_knn_func("custom"))
         ''
     """
-    reference = torch.randn(_REFERENCES, _DIMS, generator=torch.Generator().manual_seed(0))
-    searches = {
-        "search": (reference[:_ROWS].clone(), _K, reference, False),
-        "self-search": (reference, _K, reference, True),
-    }
-    for name, arguments in searches.items():
-        try:
-            result = _call(backend, arguments)
-        except Exception as error:  # any failure of a third-party backend is its problem
-            return f"the {name} failed: {_describe(error)}"
-        problem = _knn_output_problem(result, len(arguments[0]), _is_inverted(backend), name)
-        if problem:
-            return f"the {name} {problem}"
+    try:
+        _call(check_knn_backend, (backend,))
+    except BackendOutputError as error:
+        return " ".join(str(error).split())
+    except Exception as error:  # any failure of a third-party backend is its problem
+        return f"the search failed: {_describe(error)}"
     return ""
 
 
@@ -98,58 +97,6 @@ def _one_process_group() -> Iterator[None]:
             yield
         finally:
             dist.destroy_process_group()
-
-
-def _knn_output_problem(result: Any, rows: int, inverted: bool, name: str) -> str:
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        return f"returned {type(result).__name__}, not a (distances, indices) pair"
-    distances, indices = result
-    if not all(isinstance(part, torch.Tensor) for part in result):
-        kinds = ", ".join(type(part).__name__ for part in result)
-        return f"returned ({kinds}), not two torch.Tensors"
-    expected = (rows, _K)
-    if distances.shape != expected or indices.shape != expected:
-        hint = (
-            " (k+1 columns: is the query's own row left in?)"
-            if indices.shape[-1:] == (_K + 1,)
-            else ""
-        )
-        return (
-            f"returned shapes {tuple(distances.shape)} and {tuple(indices.shape)}, "
-            f"not {expected}{hint}"
-        )
-    return _index_problem(indices, name) or _order_problem(distances, inverted)
-
-
-def _index_problem(indices: torch.Tensor, name: str) -> str:
-    if indices.dtype != torch.long:
-        return f"returned indices of dtype {indices.dtype}, not torch.long"
-    if bool((indices == -1).any()):
-        return "returned -1 indices (faiss-style padding for neighbours it did not find)"
-    if bool((indices < 0).any() or (indices >= _REFERENCES).any()):
-        return f"returned indices outside [0, {_REFERENCES})"
-    own = torch.arange(len(indices))[:, None]
-    if name == "self-search" and bool((indices == own).any()):
-        return "left a query's own row among its neighbours (ref_includes_query=True)"
-    return ""
-
-
-def _order_problem(distances: torch.Tensor, inverted: bool) -> str:
-    steps = distances[:, 1:] - distances[:, :-1]
-    if inverted:
-        steps = -steps
-    if bool((steps < -1e-5 * (1 + distances.abs().max())).any()):
-        order = "largest similarity" if inverted else "smallest distance"
-        return f"returned rows that are not sorted nearest first ({order} first)"
-    return ""
-
-
-def _is_inverted(backend: Any) -> bool:
-    """Similarities (larger = nearer) as the backend or its distance declares them."""
-    declared = getattr(backend, "is_inverted", None)
-    if declared is None:
-        declared = getattr(getattr(backend, "distance", None), "is_inverted", False)
-    return bool(declared)
 
 
 def _describe(error: BaseException) -> str:

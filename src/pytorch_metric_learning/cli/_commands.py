@@ -11,6 +11,10 @@ __all__ = ["COMMANDS"]
 # name -> (module under pytorch_metric_learning.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("evaluate", "retrieval and clustering metrics of embedding files"),
+    "compare": (
+        "compare",
+        "compare two models' embeddings of the same queries, with a paired bootstrap",
+    ),
     "threshold": ("threshold", "choose a verification threshold from scored pairs"),
     "backends": ("backends", "list the installed k-NN and k-means backends and check each one"),
     "demo": ("demo", "train, validate, test and choose a threshold on the UCI digits"),

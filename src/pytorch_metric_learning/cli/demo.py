@@ -42,6 +42,7 @@ from ..testers import GlobalEmbeddingSpaceTester
 from ..trainers import MetricLossOnly
 from ..utils import logging_presets
 from ._commands import COMMANDS
+from ._intervals import paper_recall
 from ._output import format_table, write_json
 
 __all__ = [
@@ -111,6 +112,7 @@ class DemoResult:
     threshold: dict[str, Any]
     seconds: float
     files: dict[str, Path] = field(default_factory=dict)
+    recall: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def load_digit_splits(seed: int = 0) -> dict[str, TensorDataset]:
@@ -216,6 +218,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
     )
     validation = _accuracies_at(hooks, tester, best_epoch)
     embeddings = _embed_splits(splits, models, output, files)
+    recall = {name: ci.as_dict() for name, ci in paper_recall(*embeddings["test"]).items()}
     threshold = _choose_threshold(embeddings, output, files)
     if config.plots:
         _draw(hooks, tester, best_epoch, threshold, embeddings, output, files)
@@ -227,6 +230,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
         threshold=threshold,
         seconds=time.perf_counter() - started,
         files=files,
+        recall=recall,
     )
     files["results"] = output / "results.json"
     write_json(files["results"], _as_record(result))
@@ -444,6 +448,7 @@ def _as_record(result: DemoResult) -> dict[str, Any]:
         "epochs_run": result.epochs_run,
         "validation": result.validation,
         "test": result.test,
+        "test_recall": result.recall,
         "threshold": result.threshold,
         "seconds": round(result.seconds, 2),
         "files": {name: str(path) for name, path in result.files.items()},
@@ -526,6 +531,9 @@ def _summary(result: DemoResult) -> str:
         "Test split (each test digit searched among the other test digits):",
         format_table(["metric", "value"], test),
         "",
+        "Recall@K as papers report it (95% bootstrap interval over the test queries):",
+        format_table(["metric", "value", "95% interval"], _recall_rows(result.recall)),
+        "",
         f"Verification threshold (cosine similarity, best F1 on {threshold['validation_pairs']} "
         f"validation pairs): {threshold['threshold']:.4f}",
         f"On {threshold['test_pairs']} test pairs: accuracy {pairs['accuracy']:.4f}, "
@@ -558,6 +566,12 @@ def command_name(argv0: str | None = None) -> str:
     if Path(argv0).stem == "pml-eval":
         return shlex.quote(argv0)
     return f"{shlex.quote(sys.executable)} -m pytorch_metric_learning"
+
+
+def _recall_rows(recall: dict[str, dict[str, float]]) -> list[list[Any]]:
+    return [
+        [name, ci["value"], f"[{ci['low']:.4f}, {ci['high']:.4f}]"] for name, ci in recall.items()
+    ]
 
 
 def _file_lines(files: dict[str, Path]) -> list[str]:

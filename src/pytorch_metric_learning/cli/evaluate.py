@@ -20,9 +20,18 @@ from ..evaluation.accuracy_calculator import (
 )
 from ._commands import COMMANDS
 from ._errors import UsageError
+from ._intervals import (
+    add_bootstrap_arguments,
+    bootstrap_settings,
+    check_ci_options,
+    check_metric_names,
+    interval_cell,
+    interval_header,
+    pop_intervals,
+)
 from ._output import format_table, write_results
 from ._paths import check_outputs
-from ._specs import describe_spec, parse_spec
+from ._specs import describe_spec, spec_option
 from ._versions import environment_versions
 from .loaders import encode_labels, load_embeddings, read_labels
 
@@ -67,7 +76,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=(),
         metavar="NAME,...",
         help=f"metrics to compute (default: {','.join(DEFAULT_METRICS)}); "
-        f"also {','.join(ON_REQUEST_METRICS)}",
+        f"also {','.join(ON_REQUEST_METRICS)} and recall_at_K, precision_at_K, "
+        "mean_average_precision_at_K, ndcg_at_K for any K, e.g. recall_at_1,recall_at_4",
     )
     parser.add_argument(
         "--k",
@@ -82,13 +92,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--knn",
-        type=_spec_option("--knn"),
+        type=spec_option("--knn"),
         metavar="SPEC",
         help='k-NN backend: a name or JSON, e.g. \'{"name": "custom"}\'',
     )
     parser.add_argument(
         "--kmeans",
-        type=_spec_option("--kmeans"),
+        type=spec_option("--kmeans"),
         metavar="SPEC",
         help="k-means backend: a name or JSON",
     )
@@ -98,18 +108,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--avg-of-avgs", action="store_true", help="average per class, then over classes"
     )
     parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
+    add_bootstrap_arguments(parser, ci_default=None)
     parser.set_defaults(run=run)
 
 
 def _metric_names(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in KNOWN_METRICS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown metric {unknown[0] if unknown else text!r}; choose among "
-            f"{', '.join(KNOWN_METRICS)}"
-        )
-    return names
+    return check_metric_names(names, KNOWN_METRICS)
 
 
 def _k_value(text: str) -> int | str | None:
@@ -171,18 +176,6 @@ def build_calculator(args: argparse.Namespace) -> AccuracyCalculator:
     )
 
 
-def _spec_option(option: str) -> Callable[[str], Any]:
-    """An argparse ``type`` reading a backend spec: malformed JSON is a usage error."""
-
-    def parse(text: str) -> Any:
-        try:
-            return parse_spec(text, option)
-        except InvalidArgumentError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    return parse
-
-
 def _backend(spec: Any, option: str, load: Callable[[Any], Any]) -> Any:
     """Build the backend a spec names; a factory that rejects the options is a user error."""
     if spec is None:
@@ -234,6 +227,7 @@ def _device_problem(device: torch.device) -> str:
 def run(args: argparse.Namespace) -> int:
     """Compute the metrics, print them as a table and/or write them as JSON; return 0."""
     check_outputs({"--output": args.output}, _input_files(args))
+    check_ci_options(args)
     inputs = load_inputs(args)
     calculator = build_calculator(args)
     _log_setup(inputs, calculator)
@@ -244,13 +238,15 @@ def run(args: argparse.Namespace) -> int:
         inputs.reference,
         inputs.reference_labels,
         ref_includes_query=args.ref_includes_query,
+        return_per_query=args.ci is not None,
     )
     logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
+    intervals = pop_intervals(metrics, args)
     if args.output != "-":
         print(_describe_search(inputs, args))
-        print(_render(metrics, inputs, args.ref_includes_query))
+        print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci))
     if args.output:
-        write_results(args.output, _record(metrics, inputs, calculator, args))
+        write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
     return 0
 
 
@@ -290,10 +286,20 @@ def _describe_search(inputs: EvaluationInputs, args: argparse.Namespace) -> str:
     return f"{args.query}: {rows} queries of {dims} dims searched in {target}\n"
 
 
-def _render(metrics: dict[str, Any], inputs: EvaluationInputs, ref_includes_query: bool) -> str:
+def _render(
+    metrics: dict[str, Any],
+    inputs: EvaluationInputs,
+    ref_includes_query: bool,
+    intervals: dict[str, Any] | None = None,
+    level: float | None = None,
+) -> str:
     lists = {name: value for name, value in metrics.items() if isinstance(value, list)}
     scalars = [[name, value] for name, value in metrics.items() if name not in lists]
-    blocks = [format_table(["metric", "value"], scalars)] if scalars else []
+    header = ["metric", "value"]
+    if intervals and level is not None:  # --ci: one more column
+        header.append(interval_header(level))
+        scalars = [[*row, interval_cell(intervals.get(row[0]))] for row in scalars]
+    blocks = [format_table(header, scalars)] if scalars else []
     if lists:
         classes = _per_class_names(inputs, lists, ref_includes_query)
         rows = [
@@ -329,8 +335,11 @@ def _record(
     inputs: EvaluationInputs,
     calculator: AccuracyCalculator,
     args: argparse.Namespace,
+    intervals: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     record: dict[str, Any] = {"metrics": metrics}
+    if intervals:
+        record["intervals"] = {name: value.as_dict() for name, value in intervals.items()}
     if any(isinstance(value, list) for value in metrics.values()):
         record["classes"] = _scored_classes(inputs, args.ref_includes_query)
     record["settings"] = {
@@ -346,6 +355,7 @@ def _record(
         "k": calculator.k,
         "avg_of_avgs": calculator.avg_of_avgs,
         "per_class": calculator.return_per_class,
+        "bootstrap": bootstrap_settings(args) if args.ci is not None else None,
         "device": str(calculator.device or inputs.query.device),
         "knn": {
             **describe_spec(args.knn, "knn", "custom"),

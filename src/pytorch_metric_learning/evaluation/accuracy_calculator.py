@@ -15,27 +15,34 @@ keyword arguments 2.x passed (``knn_labels``, ``query_labels``, ``not_lone_query
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from .._validation import check_embeddings, check_same_device, invalid
+from .._validation import check_embeddings, check_same_device, float_if_integer, invalid
 from .._warnings import warn_external
 from ..distances import LpDistance
 from ..errors import InvalidArgumentError, InvalidTypeError
 from . import metrics
+from ._calculator_checks import check_device, check_has_rows, check_labels_not_nan
+from ._compat import EQUALITY, legacy_knn_metric
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
+from ._metric_names import describe_families, parse_metric_name, per_query_function
+from ._per_query import PerQueryValues, collect_per_query, per_query_values
 from .kmeans import TorchKMeans
 from .knn import CustomKNN
+from .knn_output import check_knn_output
 from .mutual_information import adjusted_mutual_info, normalized_mutual_info
 from .registry import Spec, load_kmeans_func, load_knn_func
 
 __all__ = ["AccuracyCalculator", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METRICS"]
 
 OWNER = "AccuracyCalculator"
-EQUALITY = torch.eq
+logger = logging.getLogger(__name__)
 # Computed when include=() ...
 DEFAULT_METRICS = (
     "AMI",
@@ -71,12 +78,16 @@ class AccuracyCalculator:
     - ``mean_average_precision`` (on request): ``(1/R) * sum over i <= k of P@i * rel_i``.
     - ``mean_reciprocal_rank`` (on request): ``1 / rank`` of the first relevant neighbour,
       0 when none is among the k.
+    - ``recall_at_<K>``, ``precision_at_<K>``, ``mean_average_precision_at_<K>``,
+      ``ndcg_at_<K>`` (on request, any ``K >= 1``): any of the first ``K`` relevant;
+      relevant among the first ``K`` over ``K``; 2.x's ``mean_average_precision`` with
+      ``k=K``; NDCG@K with binary relevance. Their ``K`` comes from the name, not ``k``.
     - ``NMI``, ``AMI``: normalized and adjusted mutual information (arithmetic
       normalization, as scikit-learn) between the query labels and a k-means clustering
       of the query embeddings with one cluster per distinct query label.
 
     Queries whose label has ``R = 0`` ("lone" queries) are left out of every k-NN metric;
-    when every query is lone those metrics are NaN, with a warning. Values are averaged
+    when every query is lone those metrics are NaN, with a logged warning. Values are averaged
     over queries in float64.
 
     Args:
@@ -88,7 +99,7 @@ class AccuracyCalculator:
         k: Neighbours to consider. ``None``: as many as each metric needs, and every
             reference for ``mean_average_precision`` and ``mean_reciprocal_rank``
             (quadratic output). ``"max_bin_count"``: the largest ``R``. An int: at most
-            that many; R-precision and MAP@R are wrong (with a warning) when it is below
+            that many; R-precision and MAP@R are wrong (with a logged warning) when it is below
             the largest ``R``. An int above the number of references is clamped to it,
             with a warning, whatever the backend.
         label_comparison_fn: ``fn(a, b) -> bool tensor`` comparing labels elementwise with
@@ -125,7 +136,7 @@ class AccuracyCalculator:
     ) -> None:
         self._all_functions = self._discover_functions()
         self.check_primary_metrics(include, exclude)
-        self.original_function_dict = self.get_function_dict(include, exclude)
+        self.original_function_dict = self._select(include, exclude)
         self.curr_function_dict = dict(self.original_function_dict)
         if avg_of_avgs and return_per_class:
             raise InvalidArgumentError(
@@ -136,7 +147,7 @@ class AccuracyCalculator:
         self.return_per_class = bool(return_per_class)
         self.k = _check_k(k)
         self.label_comparison_fn = self._check_comparison(label_comparison_fn)
-        self.device = None if device is None else torch.device(device)
+        self.device = check_device(device, OWNER)
         self.knn_func = _default_knn() if knn_func is None else load_knn_func(knn_func)
         self.kmeans_func = TorchKMeans() if kmeans_func is None else load_kmeans_func(kmeans_func)
 
@@ -163,21 +174,66 @@ class AccuracyCalculator:
                 raise invalid(
                     param, OWNER, "a tuple or list of metric names", names, InvalidTypeError
                 )
-            unknown = [name for name in names if name not in self._all_functions]
+            unknown = [name for name in names if not self._is_metric(name)]
             if unknown:
-                raise invalid(param, OWNER, f"a tuple of names among {known}", tuple(names))
+                raise invalid(
+                    param,
+                    OWNER,
+                    f"a tuple of names among {known} or of the families {describe_families()}",
+                    tuple(names),
+                )
 
     def get_function_dict(
         self, include: Sequence[str] = (), exclude: Sequence[str] = ()
     ) -> dict[str, Callable[..., MetricValue]]:
-        """The metrics selected by ``include`` and ``exclude``, by name."""
+        """The metrics chosen at construction, narrowed by ``include`` and ``exclude``.
+
+        As in 2.x, ``calc._get_accuracy(calc.get_function_dict(), **kwargs)`` computes
+        exactly the metrics the calculator was built with.
+
+        Example:
+            >>> calc = AccuracyCalculator(exclude=("NMI", "AMI"))
+            >>> sorted(calc.get_function_dict(exclude=("r_precision",)))
+            ['mean_average_precision_at_r', 'precision_at_1']
+        """
+        names = list(include) if len(include) else list(self.original_function_dict)
+        return {
+            name: function
+            for name, function in self.original_function_dict.items()
+            if name in names and name not in exclude
+        }
+
+    def _select(
+        self, include: Sequence[str], exclude: Sequence[str]
+    ) -> dict[str, Callable[..., MetricValue]]:
+        """``include`` (default: all but the on-request metrics) less ``exclude``."""
         if len(include) == 0:
             include = [name for name in self._all_functions if name not in ON_REQUEST_METRICS]
-        return {
+        functions = {
             name: function
             for name, function in self._all_functions.items()
             if name in include and name not in exclude
         }
+        return {**functions, **self._parametrized_functions(include, exclude)}
+
+    def _is_metric(self, name: str) -> bool:
+        return name in self._all_functions or parse_metric_name(name) is not None
+
+    def _parametrized_functions(
+        self, include: Sequence[str], exclude: Sequence[str]
+    ) -> dict[str, Callable[..., MetricValue]]:
+        """``recall_at_<K>`` and the other families, in the order ``include`` names them."""
+        names = [name for name in include if name not in self._all_functions]
+        return {
+            name: functools.partial(self._calculate_parametrized, metric)
+            for name in dict.fromkeys(names)
+            if name not in exclude and (metric := parse_metric_name(name)) is not None
+        }
+
+    def _uses_knn(self, name: str) -> bool:
+        return name in self.requires_knn() or (
+            name not in self._all_functions and parse_metric_name(name) is not None
+        )
 
     def get_curr_metrics(self) -> list[str]:
         """Names of the metrics this calculator computes by default."""
@@ -198,7 +254,36 @@ class AccuracyCalculator:
         ]
 
     def description(self) -> str:
+        """``"avg_of_avgs"`` when averaging per label first, else ``""`` (used in key names)."""
         return "avg_of_avgs" if self.avg_of_avgs else ""
+
+    def determine_k(
+        self, bin_counts: Any, num_reference_embeddings: int, ref_includes_query: bool
+    ) -> int:
+        """The ``k`` that 2.x searched with, from the reference matches of each query label.
+
+        ``"max_bin_count"`` gives the largest count (less the query itself), ``None`` every
+        reference, an int itself (logging a warning when it is below the largest count and
+        R-precision or MAP@R is selected). A subclass that overrides this method chooses
+        the ``k`` of every search.
+
+        Example:
+            >>> AccuracyCalculator(k="max_bin_count").determine_k(torch.tensor([3, 5]), 20, True)
+            4
+        """
+        self_count = int(ref_includes_query)
+        max_bin_count = int(torch.as_tensor(bin_counts).max())
+        if self.k == "max_bin_count":
+            return max_bin_count - self_count
+        if self.k is None:
+            return num_reference_embeddings - self_count
+        k = _check_k(self.k)
+        if not isinstance(k, int):
+            raise invalid("k", OWNER, "a positive int, None or 'max_bin_count'", k)
+        r_names = [name for name in self.get_curr_metrics() if name in _R_METRICS]
+        if k < max_bin_count and r_names:
+            _log_small_k(r_names, k, max_bin_count)
+        return k
 
     def _check_comparison(self, fn: LabelComparison | None) -> LabelComparison:
         if fn is None or fn is EQUALITY:
@@ -230,6 +315,7 @@ class AccuracyCalculator:
         ref_includes_query: bool = False,
         include: Sequence[str] = (),
         exclude: Sequence[str] = (),
+        return_per_query: bool = False,
     ) -> dict[str, MetricValue]:
         """Compute the selected metrics.
 
@@ -244,10 +330,14 @@ class AccuracyCalculator:
             include: Metrics for this call only (any known metric); empty means the
                 calculator's metrics. The calculator's state is not changed.
             exclude: Metrics to leave out of this call.
+            return_per_query: Also return, under the key ``"per_query"``, a
+                :class:`PerQueryValues`: each built-in or parametrized k-NN metric's float64
+                value for every non-lone query, and those queries' indices and labels (for
+                slicing by class, finding failures, and :func:`bootstrap_intervals`).
 
         Returns:
             ``{metric name: float}`` (lists of per-label floats for k-NN metrics with
-            ``return_per_class``).
+            ``return_per_class``), plus ``"per_query"`` with ``return_per_query``.
 
         Raises:
             ValueError: for NaN or infinite embeddings, mismatched lengths, a reference
@@ -258,6 +348,7 @@ class AccuracyCalculator:
         query, query_labels, reference, reference_labels, ref_includes_query = self._inputs(
             query, query_labels, reference, reference_labels, ref_includes_query
         )
+        check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
         functions = self._functions_for_call(include, exclude)
         kwargs: dict[str, Any] = {
             "query": query,
@@ -267,12 +358,14 @@ class AccuracyCalculator:
             "ref_includes_query": ref_includes_query,
             "label_comparison_fn": self.label_comparison_fn,
         }
-        if any(name in self.requires_knn() for name in functions):
+        if any(self._uses_knn(name) for name in functions):
             kwargs.update(self._knn_kwargs(functions, **kwargs))
         if any(name in self.requires_clustering() for name in functions):
             kwargs["cluster_labels"] = self._checked_cluster_labels(kwargs)
         with torch.no_grad():
             results = self._get_accuracy(functions, **kwargs)
+            if return_per_query:
+                results["per_query"] = self._per_query(functions, kwargs)
         kwargs.clear()  # release the k-NN outputs before returning
         return results
 
@@ -291,6 +384,7 @@ class AccuracyCalculator:
             for name, function in self._all_functions.items()
             if name in names and name not in exclude
         }
+        functions.update(self._parametrized_functions(names, exclude))
         clustering = [name for name in functions if name in self.requires_clustering()]
         if clustering and self._custom_comparison is not None:
             raise _UnsupportedCombinationError(
@@ -321,8 +415,9 @@ class AccuracyCalculator:
                 "a tensor of labels when 'reference' is given",
                 None,
             )
+        same = reference is query  # a self-search passes one tensor object as both
         query = self._embeddings(query, "query")
-        reference = self._embeddings(reference, "reference")
+        reference = query if same else self._embeddings(reference, "reference")
         query_labels = self._labels(query_labels, "query_labels", query)
         reference_labels = self._labels(reference_labels, "reference_labels", reference)
         check_same_device(query, reference, "query and reference", OWNER)
@@ -348,6 +443,8 @@ class AccuracyCalculator:
         tensor = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
         if isinstance(tensor, torch.Tensor) and self.device is not None:
             tensor = tensor.to(self.device)
+        if isinstance(tensor, torch.Tensor):
+            tensor = float_if_integer(tensor)
         return check_embeddings(tensor, param, "AccuracyCalculator.get_accuracy")
 
     def _labels(self, value: Any, param: str, embeddings: torch.Tensor) -> torch.Tensor:
@@ -370,7 +467,7 @@ class AccuracyCalculator:
                 type(value).__name__,
                 InvalidTypeError,
             )
-        value = value.to(embeddings.device)
+        value = check_labels_not_nan(value.to(embeddings.device), param, f"{OWNER}.get_accuracy")
         if value.ndim == 0 or len(value) != len(embeddings):
             raise invalid(
                 param,
@@ -390,16 +487,19 @@ class AccuracyCalculator:
         stats = label_stats(query_labels, reference_labels, ref_includes_query, comparison)
         not_lone = stats.not_lone
         if not bool(not_lone.any()):
-            warn_external(
+            logger.warning(
                 "None of the query labels are in the reference set: the k-NN metrics are NaN."
             )
         k = self._neighbours_needed(
             list(functions), stats, len(reference) - int(ref_includes_query)
         )
+        if _overrides(type(self), "determine_k"):
+            k = min(
+                self.determine_k(stats.match_counts, len(reference), ref_includes_query),
+                len(reference) - int(ref_includes_query),
+            )
         distances, indices = self._search(query, k, reference, ref_includes_query)
-        needs_labels = comparison is not None or any(
-            not _is_builtin(type(self), name) for name in functions if name in self.requires_knn()
-        )
+        needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None
         relevance = relevance_of(stats, indices, query_labels, knn_labels, comparison)
         lone_classes = torch.zeros(stats.num_classes, dtype=torch.bool, device=not_lone.device)
@@ -417,14 +517,16 @@ class AccuracyCalculator:
 
     def _neighbours_needed(self, names: list[str], stats: LabelStats, available: int) -> int:
         """The most neighbours any selected k-NN metric needs, clamped to the reference."""
-        knn_names = [name for name in names if name in self.requires_knn()]
-        builtin = [name for name in knn_names if _is_builtin(type(self), name)]
+        builtin = [
+            name for name in names if name in self.requires_knn() and _is_builtin(type(self), name)
+        ]
         needs = (
             [self._k_neighbours(stats.max_bin_count, available)]
-            if len(builtin) < len(knn_names)
+            if self._custom_knn_metrics(names)
             else []
         )
         if bool(stats.not_lone.any()):  # else every built-in metric is NaN without searching
+            needs += [metric.k for metric in self._parametrized_in(names)]
             if any(name in _ONE_NEIGHBOUR_METRICS for name in builtin):
                 needs.append(1)
             r_names = [name for name in builtin if name in _R_METRICS]
@@ -434,13 +536,21 @@ class AccuracyCalculator:
                 needs.append(self._k_neighbours(stats.max_bin_count, available))
         return min(max(needs, default=0), max(available, 0))
 
+    def _custom_knn_metrics(self, names: list[str]) -> list[str]:
+        """k-NN metrics of a subclass, which get ``knn_labels`` and their own k."""
+        return [
+            name
+            for name in names
+            if name in self.requires_knn() and not _is_builtin(type(self), name)
+        ]
+
+    def _parametrized_in(self, names: list[str]) -> list[Any]:
+        parsed = [parse_metric_name(name) for name in names if name not in self._all_functions]
+        return [metric for metric in parsed if metric is not None]
+
     def _r_neighbours(self, max_bin_count: int, names: list[str]) -> int:
         if isinstance(self.k, int) and self.k < max_bin_count:
-            warn_external(
-                f"AccuracyCalculator computes {names} with k={self.k}, below the largest "
-                f"number of relevant references ({max_bin_count}), so their values are wrong. "
-                "Use k='max_bin_count' (or k=None). For MAP@k use 'mean_average_precision'."
-            )
+            _log_small_k(names, self.k, max_bin_count)
             return self.k
         return max_bin_count
 
@@ -466,7 +576,9 @@ class AccuracyCalculator:
             return empty, empty.long()
         with torch.no_grad():
             result = self.knn_func(query, k, reference, ref_includes_query)
-        return _check_knn_output(result, len(query), k, len(reference), query.device)
+        return check_knn_output(
+            result, query, k, reference, ref_includes_query, backend=self.knn_func, caller=OWNER
+        )
 
     # ----- clustering -----
 
@@ -502,32 +614,102 @@ class AccuracyCalculator:
     ) -> float:
         return adjusted_mutual_info(_class_ids(query_labels), cluster_labels)
 
+    # The k-NN metrics take the keyword arguments 2.x passed, in 2.x's order, so that
+    # subclasses calling super() and code calling _get_accuracy with hand-made knn_labels
+    # keep working; get_accuracy adds a relevance matrix and label statistics, which are
+    # used instead when present.
+
     def calculate_precision_at_1(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(lambda rel, _: metrics.precision_at_1(rel), relevance, label_stats)
+        return self._builtin_knn_metric("precision_at_1", locals(), kwargs)
 
     def calculate_r_precision(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(metrics.r_precision, relevance, label_stats)
+        return self._builtin_knn_metric("r_precision", locals(), kwargs)
 
     def calculate_mean_average_precision_at_r(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(metrics.mean_average_precision_at_r, relevance, label_stats)
+        return self._builtin_knn_metric("mean_average_precision_at_r", locals(), kwargs)
 
     def calculate_mean_average_precision(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(metrics.mean_average_precision, relevance, label_stats)
+        return self._builtin_knn_metric("mean_average_precision", locals(), kwargs)
 
     def calculate_mean_reciprocal_rank(
-        self, relevance: torch.Tensor, label_stats: LabelStats, **kwargs: Any
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        label_counts: Any = None,
+        **kwargs: Any,
     ) -> MetricValue:
-        return self._knn_metric(
-            lambda rel, _: metrics.mean_reciprocal_rank(rel), relevance, label_stats
+        return self._builtin_knn_metric("mean_reciprocal_rank", locals(), kwargs)
+
+    def _builtin_knn_metric(
+        self, name: str, arguments: dict[str, Any], kwargs: dict[str, Any]
+    ) -> MetricValue:
+        """One built-in k-NN metric, from get_accuracy's statistics or from 2.x arguments."""
+        if kwargs.get("label_stats") is not None and kwargs.get("relevance") is not None:
+            metric = per_query_function(name)
+            assert metric is not None  # every built-in k-NN metric has one
+            return self._knn_metric(metric, kwargs["relevance"], kwargs["label_stats"])
+        missing = [
+            param
+            for param in ("knn_labels", "query_labels", "label_counts")
+            if arguments[param] is None
+        ]
+        if missing:
+            raise InvalidArgumentError(
+                f"AccuracyCalculator.calculate_{name} needs the keyword arguments {missing} "
+                "(as 2.x passed them) when called outside get_accuracy."
+            )
+        options = (self.avg_of_avgs, self.return_per_class, self.label_comparison_fn)
+        return legacy_knn_metric(
+            name,
+            arguments["knn_labels"],
+            arguments["query_labels"],
+            arguments["not_lone_query_mask"],
+            arguments["label_counts"],
+            bool(arguments.get("ref_includes_query", False)),
+            options,
         )
+
+    def _calculate_parametrized(
+        self, metric: Callable[..., torch.Tensor], relevance: torch.Tensor, **kwargs: Any
+    ) -> MetricValue:
+        return self._knn_metric(metric, relevance, kwargs["label_stats"])
+
+    def _per_query(self, functions: dict[str, Any], kwargs: dict[str, Any]) -> PerQueryValues:
+        names = [name for name in functions if self._uses_knn(name)]
+        builtin = [name for name in names if name not in self._custom_knn_metrics(names)]
+        return collect_per_query(builtin, kwargs, _METRIC_BLOCK)
 
     def _knn_metric(
         self,
@@ -539,20 +721,30 @@ class AccuracyCalculator:
         keep = stats.not_lone
         if not bool(keep.any()):
             return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
-        relevance, num_relevant = relevance[keep], stats.num_relevant[keep]
-        rows = max(1, _METRIC_BLOCK // max(1, relevance.shape[1]))
-        values = torch.cat(
-            [
-                metric(relevance[start : start + rows], num_relevant[start : start + rows])
-                for start in range(0, len(relevance), rows)
-            ]
-        )
+        values = per_query_values(metric, relevance[keep], stats.num_relevant[keep], _METRIC_BLOCK)
         if not (self.avg_of_avgs or self.return_per_class):
             return metrics.average(values)
         per_class = metrics.average_per_class(values, stats.query_class[keep], stats.num_classes)
         if self.return_per_class:
             return per_class.tolist()
         return metrics.average(per_class)
+
+
+def _log_small_k(names: list[str], k: int, max_bin_count: int) -> None:
+    """2.x logged this (not a UserWarning), so ``assertLogs`` and logging config see it."""
+    logger.warning(
+        "AccuracyCalculator computes %s with k=%d, below the max bin count (%d, the largest "
+        "number of relevant references), so their values are wrong. Use k='max_bin_count' "
+        "(or k=None). For MAP@k use 'mean_average_precision' instead of "
+        "'mean_average_precision_at_r'.",
+        names,
+        k,
+        max_bin_count,
+    )
+
+
+def _overrides(cls: type, attribute: str) -> bool:
+    return getattr(cls, attribute) is not getattr(AccuracyCalculator, attribute)
 
 
 def _default_knn() -> CustomKNN:
@@ -597,36 +789,3 @@ def _check_reference_starts_with_query(
             "'query_labels'. Put the query first in the reference, or pass "
             "ref_includes_query=False."
         )
-
-
-def _check_knn_output(
-    result: Any, num_queries: int, k: int, num_reference: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    expected = (num_queries, k)
-    if (
-        not isinstance(result, (tuple, list))
-        or len(result) != 2
-        or not all(isinstance(part, torch.Tensor) for part in result)
-    ):
-        raise InvalidArgumentError(
-            "The knn_func of AccuracyCalculator must return (distances, indices) tensors. "
-            f"Got {type(result).__name__} instead."
-        )
-    distances, indices = result
-    for name, part in (("distances", distances), ("indices", indices)):
-        if tuple(part.shape) != expected:
-            raise InvalidArgumentError(
-                f"The knn_func of AccuracyCalculator must return {name} of shape {expected} "
-                f"(len(query), k). Got {tuple(part.shape)} instead."
-            )
-    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
-        raise InvalidArgumentError(
-            f"The knn_func of AccuracyCalculator must return integer indices. Got {indices.dtype} instead."
-        )
-    indices = indices.to(device=device, dtype=torch.long)
-    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= num_reference):
-        raise InvalidArgumentError(
-            f"The knn_func of AccuracyCalculator returned indices outside the reference of "
-            f"{num_reference} rows (range {int(indices.min())}..{int(indices.max())})."
-        )
-    return distances.to(device), indices

@@ -25,6 +25,10 @@ __all__ = [
     "mean_average_precision_at_r",
     "mean_average_precision",
     "mean_reciprocal_rank",
+    "recall_at_k",
+    "precision_at_k",
+    "mean_average_precision_at_k",
+    "ndcg_at_k",
     "average",
     "average_per_class",
 ]
@@ -105,6 +109,83 @@ def mean_reciprocal_rank(relevance: torch.Tensor) -> torch.Tensor:
     first = relevance.to(torch.uint8).argmax(dim=1)
     reciprocal = 1.0 / (first + 1).to(torch.float64)
     return torch.where(relevance.any(dim=1), reciprocal, torch.zeros_like(reciprocal))
+
+
+def recall_at_k(relevance: torch.Tensor, k: int) -> torch.Tensor:
+    """Recall@K as metric-learning papers report it: 1 if any of the first ``k`` is relevant.
+
+    Args:
+        relevance: Boolean ``(num_queries, columns)`` tensor, nearest first; columns beyond
+            ``k`` are ignored, and fewer than ``k`` columns mean every reference was retrieved.
+        k: The cutoff, a positive int.
+
+    Example:
+        >>> relevance = torch.tensor([[False, True, False], [False, False, True]])
+        >>> recall_at_k(relevance, 2).tolist()
+        [1.0, 0.0]
+    """
+    top = _top(relevance, k, "recall_at_k")
+    return top.any(dim=1).to(torch.float64)
+
+
+def precision_at_k(relevance: torch.Tensor, k: int) -> torch.Tensor:
+    """Relevant neighbours among the first ``k``, divided by ``k`` (as 2.x's ``precision_at_k``).
+
+    The divisor is ``k`` even when fewer than ``k`` references exist.
+
+    Example:
+        >>> relevance = torch.tensor([[True, True, False], [False, False, True]])
+        >>> precision_at_k(relevance, 2).tolist()
+        [1.0, 0.0]
+    """
+    top = _top(relevance, k, "precision_at_k")
+    return top.sum(dim=1, dtype=torch.float64) / float(k)
+
+
+def mean_average_precision_at_k(
+    relevance: torch.Tensor, num_relevant: torch.Tensor, k: int
+) -> torch.Tensor:
+    """``(1 / R) * sum over i <= k of P@i * rel_i``: 2.x's ``mean_average_precision`` at ``k=K``.
+
+    Example:
+        >>> relevance = torch.tensor([[True, False, True], [False, True, True]])
+        >>> mean_average_precision_at_k(relevance, torch.tensor([2, 4]), 2).tolist()
+        [0.5, 0.125]
+    """
+    top = _top(relevance, k, "mean_average_precision_at_k")
+    _cutoff(top, num_relevant, "mean_average_precision_at_k")
+    return _summed_precision(top) / num_relevant.to(torch.float64)
+
+
+def ndcg_at_k(relevance: torch.Tensor, num_relevant: torch.Tensor, k: int) -> torch.Tensor:
+    """Normalized discounted cumulative gain at ``k`` with binary relevance.
+
+    ``DCG = sum over i <= k of rel_i / log2(i + 1)``, divided by the DCG of a perfect
+    ranking, whose first ``min(R, k)`` neighbours are all relevant.
+
+    Example:
+        >>> relevance = torch.tensor([[True, False], [False, True]])
+        >>> [round(value, 4) for value in ndcg_at_k(relevance, torch.tensor([1, 1]), 2).tolist()]
+        [1.0, 0.6309]
+    """
+    top = _top(relevance, k, "ndcg_at_k")
+    _cutoff(top, num_relevant, "ndcg_at_k")
+    ideal_length = num_relevant.clamp(max=k)
+    longest = int(ideal_length.max()) if ideal_length.numel() else 0
+    columns = max(top.shape[1], longest)
+    ranks = torch.arange(2, columns + 2, device=top.device, dtype=torch.float64)
+    discounts = 1.0 / torch.log2(ranks)
+    gains = (top.to(torch.float64) * discounts[: top.shape[1]]).sum(dim=1)
+    ideal = discounts.cumsum(dim=0)[(ideal_length - 1).clamp(min=0)]
+    return gains / ideal
+
+
+def _top(relevance: torch.Tensor, k: int, owner: str) -> torch.Tensor:
+    """The first ``k`` columns of a validated relevance matrix."""
+    _check_relevance(relevance, owner)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise invalid("k", owner, "a positive int", k)
+    return relevance[:, :k]
 
 
 def average(values: torch.Tensor) -> float:

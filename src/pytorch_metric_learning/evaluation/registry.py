@@ -7,13 +7,16 @@ needed, and only the selected backend's module is imported.
 
 from __future__ import annotations
 
-import inspect
+import contextlib
+import hashlib
 import logging
 import sys
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
+from .._seen import first_time
 from .._warnings import warn_external
 from ..distances import (
     BaseDistance,
@@ -24,12 +27,12 @@ from ..distances import (
 )
 from ..errors import (
     BackendConflictError,
-    BackendImportError,
     BackendNotInstalledError,
     InvalidArgumentError,
     InvalidTypeError,
     UnknownBackendError,
 )
+from ._backend_checks import Origin, bind_options, check_call_shape, load_target
 from ._install_hint import plugin_install_hint
 from .protocols import KMeansFunc, KNNFunc
 
@@ -49,6 +52,7 @@ __all__ = [
     "register_kmeans_backend",
     "backend_info",
     "distance_from_name",
+    "backend_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,6 +75,9 @@ _DISTANCES: dict[str, Callable[[], BaseDistance]] = {
 }
 
 Spec = Any  # a callable, a backend name, or a mapping {"name": ..., **options}
+
+# The name each backend built by the registry was asked for by, for error messages.
+_BUILT_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -128,38 +135,67 @@ def _is_core(point: EntryPoint) -> bool:
     return _normalized(_distribution_name(point)) == CORE_DISTRIBUTION
 
 
-def build_table(points: Iterable[EntryPoint]) -> dict[str, list[EntryPoint]]:
-    """Group entry points by name; a plugin claiming a core name is ignored with a warning."""
+def core_name_claims(points: Iterable[EntryPoint]) -> list[EntryPoint]:
+    """The plugins' entry points that claim a name the core distribution declares."""
     points = _dedupe(points)
     core_names = {point.name for point in points if _is_core(point)}
+    return [point for point in points if point.name in core_names and not _is_core(point)]
+
+
+def build_table(points: Iterable[EntryPoint]) -> dict[str, list[EntryPoint]]:
+    """Group entry points by name, leaving out the plugins that claim a core name."""
+    points = _dedupe(points)
+    claims = {id(point) for point in core_name_claims(points)}
     table: dict[str, list[EntryPoint]] = {}
     for point in points:
-        if point.name in core_names and not _is_core(point):
-            warn_external(
-                f"Ignoring the backend {point.name!r} of {_distribution_name(point)}: "
-                f"that name belongs to {CORE_DISTRIBUTION}.",
-                RuntimeWarning,
-            )
-            continue
-        table.setdefault(point.name, []).append(point)
+        if id(point) not in claims:
+            table.setdefault(point.name, []).append(point)
     return dict(sorted(table.items()))
+
+
+def _version(point: EntryPoint) -> str:
+    return str(getattr(getattr(point, "dist", None), "version", "") or "")
+
+
+def warn_about_claims(claims: list[EntryPoint]) -> None:
+    """Warn that claims on core names are ignored: once per environment, then log."""
+    if not claims:
+        return
+    facts = sorted(f"{_distribution_name(p)}=={_version(p)}:{p.name}={p.value}" for p in claims)
+    key = hashlib.sha256("\n".join([sys.prefix, *facts]).encode()).hexdigest()
+    message = "; ".join(
+        f"Ignoring the backend {p.name!r} of {_distribution_name(p)}: "
+        f"that name belongs to {CORE_DISTRIBUTION}"
+        for p in claims
+    )
+    if first_time(f"core-name-claims:{key}"):
+        warn_external(
+            f"{message}. (Shown once until the installed plugins change.)", RuntimeWarning
+        )
+    else:
+        logger.info("%s.", message)
 
 
 class _Registry:
     """One entry-point group's backends, discovered lazily and cached."""
 
-    def __init__(self, group: str, protocol: type, kind: str, call_args: tuple[Any, ...]) -> None:
+    def __init__(
+        self, group: str, protocol: type, kind: str, call_args: tuple[Any, ...], call_shape: str
+    ) -> None:
         self.group = group
         self.protocol = protocol
         self.kind = kind
         self.call_args = call_args
+        self.call_shape = call_shape
         self._table: dict[str, list[EntryPoint]] | None = None
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._registered: dict[str, Callable[..., Any]] = {}
 
     def table(self) -> dict[str, list[EntryPoint]]:
         if self._table is None:
-            self._table = build_table(entry_points(group=self.group))
+            points = list(entry_points(group=self.group))
+            self._table = build_table(points)
+            warn_about_claims(core_name_claims(points))
         return self._table
 
     def reset(self) -> None:
@@ -205,16 +241,17 @@ class _Registry:
                 f"register_{self.kind}_backend({name!r}, factory, override=True)."
             )
         point = points[0]
-        try:
-            factory = point.load()
-        except Exception as error:
-            raise BackendImportError(
-                f"The {self.kind} backend {name!r} of {_distribution_name(point)} failed to import "
-                f"({type(error).__name__}: {error}). Reinstall that distribution or choose "
-                f"another backend from {self.names()}."
-            ) from error
+        others = [other for other in self.names() if other != name]
+        factory = load_target(point.value, self.origin(name), others)
         logger.debug("Loaded %s backend %r from %s", self.kind, name, point.value)
         return factory
+
+    def origin(self, name: str) -> Origin:
+        """Where ``name`` comes from: an in-process registration or an entry point."""
+        points = self.table().get(name) if name not in self._registered else None
+        if not points:
+            return Origin(self.kind, name, "<registered in-process>")
+        return Origin(self.kind, name, _distribution_name(points[0]), points[0].value)
 
     def _missing(self, name: str) -> Exception:
         installed = self.names()
@@ -234,8 +271,11 @@ class _Registry:
             return spec
         if "distance" in options:
             options["distance"] = distance_from_name(options["distance"])
-        backend = self.factory(name)(**options)
+        factory = self.factory(name)
+        bind_options(factory, options, self.origin(name), self.call_args)
+        backend = factory(**options)
         self.check(backend, name)
+        _remember_name(backend, name)
         return backend
 
     def _split_spec(self, spec: Spec, options: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -267,21 +307,8 @@ class _Registry:
 
     def check(self, backend: Any, name: str) -> None:
         """Raise ``TypeError`` when ``backend`` does not follow the protocol's call shape."""
-        if not isinstance(backend, self.protocol):
-            raise InvalidTypeError(
-                f"The {self.kind} backend {name!r} built {backend!r}, which is not callable."
-            )
-        try:
-            signature = inspect.signature(cast(Callable[..., Any], backend))
-        except (TypeError, ValueError):
-            return
-        try:
-            signature.bind(*self.call_args)
-        except TypeError as error:
-            raise InvalidTypeError(
-                f"The {self.kind} backend {name!r} cannot be called as {self.protocol.__name__} "
-                f"requires: {error}."
-            ) from None
+        origin = self.origin(name)
+        check_call_shape(backend, self.protocol, self.call_args, self.call_shape, origin)
 
     def info(self) -> list[BackendInfo]:
         rows = [
@@ -295,8 +322,39 @@ class _Registry:
         return sorted(rows, key=lambda row: row.name)
 
 
-_KNN = _Registry(KNN_GROUP, KNNFunc, "knn", ("query", 1, None, False))
-_KMEANS = _Registry(KMEANS_GROUP, KMeansFunc, "kmeans", ("x", 2))
+_KNN = _Registry(
+    KNN_GROUP,
+    KNNFunc,
+    "knn",
+    ("query", 1, None, False),
+    "backend(query, k, reference=None, ref_includes_query=False) -> (distances, indices)",
+)
+_KMEANS = _Registry(
+    KMEANS_GROUP,
+    KMeansFunc,
+    "kmeans",
+    ("x", 2),
+    "backend(x, num_clusters) -> cluster ids",
+)
+
+
+def _remember_name(backend: Any, name: str) -> None:
+    # Not hashable or not weakly referenceable: messages name its class instead.
+    with contextlib.suppress(TypeError):
+        _BUILT_NAMES[backend] = name
+
+
+def backend_name(backend: Any) -> str | None:
+    """The registry name ``backend`` was built under by a load function, if any.
+
+    Example:
+        >>> backend_name(load_knn_func("custom")), backend_name(len)
+        ('custom', None)
+    """
+    try:
+        return _BUILT_NAMES.get(backend)
+    except TypeError:
+        return None
 
 
 def list_knn_backends() -> list[str]:

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from .._validation import check_positive_int, invalid
+from .._validation import check_positive_int, float_if_integer, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..evaluation import AccuracyCalculator
 from ..evaluation.distributed import DistributedAccuracyCalculator
@@ -443,6 +443,7 @@ class BaseTester:
                 f"The model's output for split {split_name!r} must be a 2-D tensor with one "
                 f"row per item ({batch_len} in this batch). Got {got!r} instead."
             )
+        output = float_if_integer(output)  # e.g. an identity trunk on integer data
         return output if self.pca is not None else self._normalize(output)
 
     def _normalize(self, embeddings: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .._validation import check_positive_int, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ..testers.label_mapper import LabelMapper
+from . import _freezing
 
 __all__ = ["BaseTrainer"]
 
@@ -89,6 +91,15 @@ class BaseTrainer:
         gradient_clippers: callables (no arguments) run after backward, before stepping.
         label_hierarchy_level: which column of 2-D labels to train on.
         data_and_label_getter: splits a batch into ``(data, labels)``.
+        freeze_these: names of models or losses to freeze (as in 2.x): their parameters get
+            no gradients, they stay in eval mode, and their ``<name>_optimizer`` does not step.
+        freeze_trunk_batchnorm: keep the trunk's batch-norm layers in eval mode, so their
+            running statistics stay as they are (their weights still learn).
+        dataset_labels: every label of the dataset (``(N,)`` or ``(N, levels)``), needed by
+            ``set_min_label_to_zero``.
+        set_min_label_to_zero: map each batch's labels to their rank among the unique
+            ``dataset_labels`` of the trained hierarchy level, so they run from 0 to
+            ``num_classes - 1`` (what a classification loss needs).
     """
 
     required_loss_funcs: tuple[str, ...] = ()
@@ -115,6 +126,10 @@ class BaseTrainer:
         gradient_clippers: Mapping[str, Callable[[], Any]] | None = None,
         label_hierarchy_level: int = 0,
         data_and_label_getter: Callable[[Any], tuple[Any, Any]] | None = None,
+        freeze_these: tuple[str, ...] | list[str] = (),
+        freeze_trunk_batchnorm: bool = False,
+        dataset_labels: Any = None,
+        set_min_label_to_zero: bool = False,
     ) -> None:
         owner = type(self).__name__
         self.models = self._check_models(models, owner)
@@ -141,6 +156,10 @@ class BaseTrainer:
         self.gradient_clippers = _check_mapping(gradient_clippers, "gradient_clippers", owner)
         self.label_hierarchy_level = self._check_level(label_hierarchy_level, owner)
         self.data_and_label_getter = data_and_label_getter or _default_data_and_label_getter
+        self._check_freeze_options(freeze_these, freeze_trunk_batchnorm, owner)
+        self.label_mapper = self._check_label_options(set_min_label_to_zero, dataset_labels, owner)
+        self.set_min_label_to_zero = set_min_label_to_zero
+        self.dataset_labels = dataset_labels
         self.epoch = 0
         self.iteration = 0
         self.iterations_per_epoch = 0
@@ -197,6 +216,32 @@ class BaseTrainer:
             raise invalid("label_hierarchy_level", owner, "an int >= 0", level)
         return level
 
+    def _check_freeze_options(self, freeze_these: Any, freeze_batchnorm: Any, owner: str) -> None:
+        allowed = {"trunk", "embedder", *self.models, *self.loss_funcs}
+        self.freeze_these = _freezing.check_freeze_these(
+            freeze_these, allowed, self.optimizers, owner
+        )
+        if not isinstance(freeze_batchnorm, bool):
+            raise invalid(
+                "freeze_trunk_batchnorm", owner, "a bool", freeze_batchnorm, InvalidTypeError
+            )
+        self.freeze_trunk_batchnorm = freeze_batchnorm
+
+    @staticmethod
+    def _check_label_options(set_min_label_to_zero: Any, dataset_labels: Any, owner: str) -> Any:
+        if not isinstance(set_min_label_to_zero, bool):
+            raise invalid(
+                "set_min_label_to_zero", owner, "a bool", set_min_label_to_zero, InvalidTypeError
+            )
+        if set_min_label_to_zero and dataset_labels is None:
+            raise invalid(
+                "dataset_labels",
+                owner,
+                "every label of the dataset when set_min_label_to_zero is True",
+                None,
+            )
+        return LabelMapper(set_min_label_to_zero, dataset_labels).map  # as 2.x: the map method
+
     # ------------------------------------------------------------------ the loop
     def train(self, start_epoch: int = 1, num_epochs: int = 1) -> None:
         """Run epochs ``start_epoch`` to ``num_epochs`` inclusive (2.x semantics).
@@ -243,8 +288,9 @@ class BaseTrainer:
             total.backward()
             for clip in self.gradient_clippers.values():
                 clip()
-            for optimizer in self.optimizers.values():
-                optimizer.step()
+            for name, optimizer in self.optimizers.items():
+                if not _freezing.is_frozen_optimizer(name, self.freeze_these):
+                    optimizer.step()
         self.losses = {name: _as_float(loss) for name, loss in losses.items()}
         self.losses["total_loss"] = _as_float(total)
 
@@ -268,10 +314,15 @@ class BaseTrainer:
         return self.iteration + self.iterations_per_epoch * (self.epoch - 1)
 
     def set_to_train(self) -> None:
-        """Put every model in training mode (a tester leaves them in eval mode)."""
-        for model in self.models.values():
-            if hasattr(model, "train"):
-                model.train()
+        """Put models and losses in training mode (a tester leaves them in eval mode).
+
+        Frozen ones (``freeze_these``) stay in eval mode without gradients; with
+        ``freeze_trunk_batchnorm`` the trunk's batch-norm layers stay in eval mode.
+        """
+        for objects in (self.models, self.loss_funcs):
+            _freezing.set_train_modes(objects, self.freeze_these)
+        if self.freeze_trunk_batchnorm:
+            _freezing.freeze_batchnorm(self.models["trunk"])
 
     def zero_grad(self) -> None:
         """Clear gradients of every model and optimizer."""
@@ -324,4 +375,6 @@ class BaseTrainer:
         device = self.data_device or _first_parameter_device(self.models["trunk"])
         if isinstance(labels, torch.Tensor) and labels.ndim == 2:
             labels = labels[:, self.label_hierarchy_level]
+        if self.set_min_label_to_zero:
+            labels = self.label_mapper(labels, self.label_hierarchy_level)
         return _to_device(data, device, self.dtype), _to_device(labels, device, None)

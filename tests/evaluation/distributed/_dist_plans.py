@@ -136,10 +136,14 @@ ALL_METRICS = (
     "mean_average_precision_at_r",
     "mean_average_precision",
     "mean_reciprocal_rank",
+    "recall_at_3",
+    "precision_at_2",
+    "mean_average_precision_at_4",
+    "ndcg_at_5",
     "NMI",
     "AMI",
 )
-KNN_METRICS = ALL_METRICS[:5]
+KNN_METRICS = ALL_METRICS[:9]
 
 
 def accuracy_case(

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from pytorch_metric_learning._validation import check_embeddings, check_positive_int, invalid
+from pytorch_metric_learning.distances import BaseDistance, DotProductSimilarity, LpDistance
 from pytorch_metric_learning.errors import (
     BackendRuntimeError,
     InvalidArgumentError,
@@ -50,7 +51,8 @@ class FaissKNN:
             queries use every GPU visible to faiss. Ignored by faiss-cpu.
         index: A faiss index factory string such as ``"IVF1024,Flat"`` or ``"HNSW32"``,
             instead of ``index_init_fn``. An index that needs training is trained on the
-            first rows added to it.
+            first rows added to it. The string is kept as :attr:`index_string`; the
+            attribute :attr:`index` is the live faiss index, as in 2.x.
         nprobe: Inverted lists an IVF index visits per query (more: slower, more exact).
         efSearch: Candidate list size of an HNSW index (more: slower, more exact).
 
@@ -84,6 +86,7 @@ class FaissKNN:
             None if efSearch is None else check_positive_int(efSearch, "efSearch", _OWNER)
         )
         self._index: Any = None
+        self._inverted = False
         self._resources = _gpu.GpuResources(lambda: faiss.StandardGpuResources())
         self._warned_cpu_only = False
 
@@ -101,8 +104,67 @@ class FaissKNN:
         return f"FaissKNN({', '.join(options)})"
 
     @property
+    def is_inverted(self) -> bool:
+        """Whether the index ranks by inner product, so that larger values are nearer.
+
+        The live index's metric, else that of the index built last (the default
+        ``reset_after=True`` discards it after each call). ``faiss.IndexFlatIP`` and other
+        inner-product indexes return similarities, largest first; the k-NN contract reads
+        this declaration to check and merge their order.
+        """
+        if self._index is not None:
+            return bool(self._index.metric_type == faiss.METRIC_INNER_PRODUCT)
+        return self._inverted
+
+    @property
+    def index(self) -> Any:
+        """The live faiss index, or None when there is none (as in 2.x, it can be set).
+
+        Setting it replaces the index that calls with ``reset_before=False`` search, e.g.
+        ``knn.index = faiss.IndexFlatIP(dim)``; ``nprobe``/``efSearch`` are applied to it.
+        The constructor's factory string is kept in :attr:`index_string`.
+
+        Example:
+            >>> import faiss, torch
+            >>> knn = FaissKNN(reset_before=False, reset_after=False)
+            >>> knn.index is None
+            True
+            >>> knn.index = faiss.IndexFlatIP(2)
+            >>> knn.add(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+            >>> knn.index.ntotal
+            2
+        """
+        return self._index
+
+    @index.setter
+    def index(self, index: Any) -> None:
+        if index is not None and not isinstance(index, faiss.Index):
+            raise invalid("index", _OWNER, "a faiss.Index or None", index, InvalidTypeError)
+        self._index = index
+        if index is not None:
+            self._apply_search_params()
+
+    @property
+    def distance(self) -> BaseDistance | None:
+        """The distance the index ranks by, as a distance object; None when it cannot be told.
+
+        Squared Euclidean for the default and factory-string indices (and any L2 index),
+        the raw dot product for an inner-product index; None for an ``index_init_fn``
+        that has not built an index yet or an index with another metric.
+
+        Example:
+            >>> FaissKNN().distance
+            LpDistance(normalize_embeddings=False, p=2, power=2, is_inverted=False)
+        """
+        if self._index is not None:
+            return _distance_of_metric(self._index.metric_type)
+        if self.index_init_fn is None:
+            return _distance_of_metric(faiss.METRIC_L2)
+        return None
+
+    @property
     def faiss_index(self) -> Any:
-        """The current faiss index, or None when there is none."""
+        """The same as :attr:`index`."""
         return self._index
 
     @torch.no_grad()
@@ -135,15 +197,18 @@ class FaissKNN:
             return remove_self_matches(distances, indices)
         return distances, indices
 
-    def train(self, reference: torch.Tensor) -> None:
-        """Replace the index with a new one holding ``reference`` (trained on it if needed)."""
-        check_embeddings(reference, "reference", _OWNER)
+    def train(self, reference: torch.Tensor | np.ndarray) -> None:
+        """Replace the index with a new one holding ``reference`` (trained on it if needed).
+
+        ``reference`` is a tensor or, as 2.x accepted, a NumPy array.
+        """
+        reference = check_embeddings(_from_array(reference), "reference", _OWNER)
         self.reset()
         self.add(reference)
 
-    def add(self, reference: torch.Tensor) -> None:
+    def add(self, reference: torch.Tensor | np.ndarray) -> None:
         """Append rows to the index (a new one if there is none); their indices continue."""
-        check_embeddings(reference, "reference", _OWNER)
+        reference = check_embeddings(_from_array(reference), "reference", _OWNER)
         self._ensure_index(reference.shape[1])
         self._place(reference.device, None)
         self._append(reference)
@@ -234,6 +299,7 @@ class FaissKNN:
         if not isinstance(index, faiss.Index):
             raise invalid("index_init_fn", _OWNER, "a callable returning a faiss.Index", index)
         _check_dimension(index, dimension, "reference")
+        self._inverted = index.metric_type == faiss.METRIC_INNER_PRODUCT
         return index
 
     def _apply_search_params(self) -> None:
@@ -322,6 +388,19 @@ class FaissKNN:
                 "train(), add() or load() first."
             )
         return self._index
+
+
+def _distance_of_metric(metric_type: int) -> BaseDistance | None:
+    if metric_type == faiss.METRIC_L2:
+        return LpDistance(normalize_embeddings=False, power=2)
+    if metric_type == faiss.METRIC_INNER_PRODUCT:
+        return DotProductSimilarity(normalize_embeddings=False)
+    return None
+
+
+def _from_array(x: Any) -> Any:
+    """A NumPy array as a tensor (2.x's ``train``/``add`` took arrays); anything else as is."""
+    return torch.from_numpy(x) if isinstance(x, np.ndarray) else x
 
 
 def _warn_k_too_large(k: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,10 +13,10 @@ from typing import Any, Callable, cast
 import torch
 
 from ..._validation import invalid
-from ..._warnings import warn_external
 from ...errors import InvalidArgumentError
 from .. import metrics
 from .._label_stats import LabelComparison
+from .._metric_names import parse_metric_name, per_query_function
 from ..accuracy_calculator import AccuracyCalculator, MetricValue
 from ..mutual_information import adjusted_mutual_info, normalized_mutual_info
 from ..registry import Spec
@@ -31,17 +32,11 @@ from ._labels import global_label_counts, index_in
 from .kmeans import DistributedKMeans
 from .knn import _LABEL_DTYPES, DistributedKNN
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["DistributedAccuracyCalculator"]
 
 _OWNER = "DistributedAccuracyCalculator"
-# Per-query values of each built-in k-NN metric, from (relevance, R).
-_PER_QUERY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "precision_at_1": lambda relevance, _: metrics.precision_at_1(relevance),
-    "r_precision": metrics.r_precision,
-    "mean_average_precision_at_r": metrics.mean_average_precision_at_r,
-    "mean_average_precision": metrics.mean_average_precision,
-    "mean_reciprocal_rank": lambda relevance, _: metrics.mean_reciprocal_rank(relevance),
-}
 _CLUSTERING = ("NMI", "AMI")
 # Relevance elements one metric processes at once (bounds float64 temporaries).
 _METRIC_BLOCK = 1 << 22
@@ -144,7 +139,8 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         custom = [
             name
             for name in names
-            if getattr(type(self), self.function_keyword + name, None)
+            if parse_metric_name(name) is None
+            and getattr(type(self), self.function_keyword + name, None)
             is not getattr(AccuracyCalculator, self.function_keyword + name, object())
         ]
         if custom:
@@ -162,14 +158,21 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         ref_includes_query: bool = False,
         include: Sequence[str] = (),
         exclude: Sequence[str] = (),
+        return_per_query: bool = False,
     ) -> dict[str, MetricValue]:
         """The selected metrics of every rank's shards together, the same on every rank.
 
         Every rank of the group must call it, with the same ``include``, ``exclude`` and
         ``ref_includes_query`` (and ``reference`` given on all ranks or on none). The
         arguments are those of :meth:`AccuracyCalculator.get_accuracy`, for this rank's
-        shard; a shard may be empty.
+        shard; a shard may be empty. ``return_per_query=True`` is not supported across
+        ranks: gather the embeddings and use :class:`AccuracyCalculator`.
         """
+        if return_per_query:
+            raise InvalidArgumentError(
+                f"{_OWNER}.get_accuracy does not return per-query values (return_per_query="
+                "True); gather the embeddings on one rank and use AccuracyCalculator."
+            )
         functions = self._functions_for_call(include, exclude)
         self._check_builtin(list(functions))
         comm = resolve_comm(self.group, self.timeout, _device_of(query, self.device))
@@ -177,7 +180,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
                               ref_includes_query)  # fmt: skip
         results: dict[str, MetricValue] = {}
         with torch.no_grad():
-            knn_names = [name for name in functions if name in _PER_QUERY]
+            knn_names = [name for name in functions if per_query_function(name) is not None]
             if knn_names:
                 results.update(self._knn_metrics(comm, shards, knn_names))
             if any(name in _CLUSTERING for name in functions):
@@ -236,7 +239,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         flags = all_gather_ints(comm, [int(keep.any()), local_max], "sharing the label counts")
         num_classes = len(shards.query_classes)
         if not bool(flags[:, 0].any()):
-            warn_external(
+            logger.warning(  # logged, as by AccuracyCalculator and 2.x
                 "None of the query labels are in the reference set: the k-NN metrics are NaN."
             )
             nan: MetricValue = [math.nan] * num_classes if self.return_per_class else math.nan
@@ -286,7 +289,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         width = 2 + (2 * num_classes if per_class else 0)
         packed = torch.zeros((len(names), width), dtype=torch.float64, device=relevance.device)
         for row, name in enumerate(names):
-            values = _per_query(_PER_QUERY[name], relevance, num_relevant)
+            values = _per_query(cast(Any, per_query_function(name)), relevance, num_relevant)
             packed[row, 0], packed[row, 1] = values.sum(), len(values)
             if per_class:
                 packed[row, 2 : 2 + num_classes].index_add_(0, query_class, values)

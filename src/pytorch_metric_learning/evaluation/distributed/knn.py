@@ -11,7 +11,7 @@ import torch
 from ..._validation import check_positive_int, check_tensor, invalid
 from ...errors import BackendRuntimeError, InvalidArgumentError
 from ..knn import check_search_inputs
-from ..protocols import KNNFunc
+from ..protocols import KNNFunc, knn_is_inverted
 from ..registry import load_knn_func
 from ._collectives import (
     Comm,
@@ -68,8 +68,9 @@ class DistributedKNN:
         group: The process group (``None``: the default group).
         timeout: Seconds (or a ``timedelta``) to wait for each collective before raising
             :class:`DistributedEvaluationError`; ``None`` uses the group's timeout.
-        is_inverted: Whether larger values are nearer (similarities). ``None`` takes
-            ``knn_func.distance.is_inverted`` when the local backend has a distance, else False.
+        is_inverted: Whether larger values are nearer (similarities). ``None`` reads the
+            local backend's declaration with
+            :func:`~pytorch_metric_learning.evaluation.knn_is_inverted`.
 
     Example:
         >>> import torch
@@ -98,7 +99,7 @@ class DistributedKNN:
         self.group = group
         self.timeout = resolve_timeout(timeout, _OWNER)
         if is_inverted is None:
-            is_inverted = bool(getattr(getattr(self.local, "distance", None), "is_inverted", False))
+            is_inverted = knn_is_inverted(self.local)
         elif not isinstance(is_inverted, bool):
             raise invalid("is_inverted", _OWNER, "None or a bool", is_inverted)
         self.is_inverted = is_inverted
