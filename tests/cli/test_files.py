@@ -277,3 +277,38 @@ def test_a_failed_plot_keeps_the_previous_plot(cli, tmp_path: Path, monkeypatch)
     assert f"'{plot}'" in error_line(result.err)
     assert plot.read_bytes() == b"\x89PNG previous plot"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l.npy", "plot.png", "s.npy"]
+
+
+def test_compare_refuses_an_output_that_is_an_input(cli, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    labels = write(tmp_path / "l.npy", rng.integers(0, 3, 30))
+    a = write(tmp_path / "a.npy", rng.normal(size=(30, 4)).astype(np.float32))
+    b = write(tmp_path / "b.npy", rng.normal(size=(30, 4)).astype(np.float32))
+    before = b.read_bytes()
+    result = cli("compare", a, b, "--labels", labels, "--output", b)
+    assert result.code == 2
+    assert "B_QUERY" in error_line(result.err)
+    assert b.read_bytes() == before
+
+
+def test_compare_says_where_it_wrote(cli, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    labels = write(tmp_path / "l.npy", rng.integers(0, 3, 30))
+    a = write(tmp_path / "a.npy", rng.normal(size=(30, 4)).astype(np.float32))
+    b = write(tmp_path / "b.npy", rng.normal(size=(30, 4)).astype(np.float32))
+    out = tmp_path / "c.json"
+    result = cli("compare", a, b, "--labels", labels, "--output", out, "--resamples", "50")
+    assert result.code == 0, result.err
+    assert f"Results written to {out}" in result.out
+    assert json.loads(out.read_text())
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--device", "meta"), ("--knn", "{oops"), ("--device", "banana")]
+)
+def test_compare_usage_errors(cli, tmp_path: Path, option: str, value: str) -> None:
+    labels = write(tmp_path / "l.npy", np.arange(6) % 2)
+    a = write(tmp_path / "a.npy", np.eye(6, 3, dtype=np.float32))
+    result = cli("compare", a, a, "--labels", labels, option, value)
+    assert result.code == 2
+    assert f"argument {option}" in error_line(result.err)
