@@ -17,6 +17,7 @@ from pytorch_metric_learning.evaluation import (
     CustomKNN,
     KMeansFunc,
     KNNFunc,
+    _install_hint,
     list_kmeans_backends,
     list_knn_backends,
     load_kmeans_func,
@@ -107,6 +108,8 @@ def test_unknown_name_lists_installed_names() -> None:
 
 def test_known_plugin_not_installed_gives_pip_command(monkeypatch) -> None:
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
+    # An installation from the index (a checkout's hint: tests/evaluation/test_install_hint.py).
+    monkeypatch.setattr(_install_hint, "source_checkout", lambda: None)
     with pytest.raises(
         ModuleNotFoundError, match=r'pip install "pytorch-metric-learning\[faiss\]"'
     ):
