@@ -1,7 +1,9 @@
 """Exact k-NN speed and memory: CustomKNN against its compute floor and the usual alternatives.
 
 Each measurement runs in a fresh subprocess, so its peak resident memory is its own; with
---repeats R each runs R times and the fastest counts (the machine may be shared).
+--repeats R each runs R times and the fastest counts (the machine may be shared). CPU
+seconds (user + system) are reported beside wall seconds: with --threads 1 they are the
+steadier measure when other processes share the cores.
 Methods, measured in the same run on the same data:
   gemm       every product of the full n x n matrix, in 2048-square tiles: the GEMM floor
   custom     CustomKNN default (memory-budget tiles), self-search: knn(x, k, None, True)
@@ -93,15 +95,20 @@ METHODS = {
 }
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _measure_here(method: str, n: int, d: int, k: int) -> dict[str, float]:
     x = _data(n, d)
     METHODS[method](x[:BATCH], min(k, BATCH - 1))  # warm up imports and thread pools
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.perf_counter()
+    cpu, start = _cpu_seconds(), time.perf_counter()
     METHODS[method](x, k)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": seconds, "peak_mib": max(peak - before, 0) / 1024}
+    return {"seconds": seconds, "cpu": cpu, "peak_mib": max(peak - before, 0) / 1024}
 
 
 def _set_threads(threads: int) -> None:
@@ -118,7 +125,7 @@ def _set_threads(threads: int) -> None:
 def _measure(
     method: str, n: int, d: int, k: int, repeats: int, threads: int
 ) -> dict[str, float] | None:
-    """The fastest of ``repeats`` fresh-process runs (and the peak memory of that run)."""
+    """The fastest wall and CPU times of ``repeats`` fresh-process runs, the largest peak."""
     command = [sys.executable, __file__, "--one", method, str(n), str(d), str(k), str(threads)]
     runs = []
     for _ in range(repeats):
@@ -126,7 +133,11 @@ def _measure(
         if result.returncode != 0:
             return None
         runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
-    return min(runs, key=lambda run: run["seconds"])
+    return {
+        "seconds": min(run["seconds"] for run in runs),
+        "cpu": min(run["cpu"] for run in runs),
+        "peak_mib": max(run["peak_mib"] for run in runs),
+    }
 
 
 def _available(method: str) -> bool:
@@ -160,8 +171,8 @@ def main() -> None:
         f"best of {args.repeats} runs each"
     )
     print(
-        f"{'n':>7} {'d':>4} {'k':>4} {'method':>10} {'seconds':>8} {'peak MiB':>9} "
-        f"{'x/gemm':>7} {'custom/x':>9}"
+        f"{'n':>7} {'d':>4} {'k':>4} {'method':>10} {'seconds':>8} {'cpu s':>8} {'peak MiB':>9} "
+        f"{'x/gemm':>7} {'cpu x/gemm':>10} {'custom/x':>9}"
     )
     for n in map(int, args.sizes.split(",")):
         for d in map(int, args.dims.split(",")):
@@ -177,12 +188,13 @@ def _report(methods: list[str], size: tuple[int, int, int], repeats: int, thread
         if result is None:
             print(f"{n:>7} {d:>4} {k:>4} {method:>10}   failed")
             continue
-        seconds = result["seconds"]
+        seconds, cpu = result["seconds"], result["cpu"]
         floor = seconds / gemm["seconds"] if gemm else float("nan")
+        cpu_floor = cpu / gemm["cpu"] if gemm else float("nan")
         ratio = custom["seconds"] / seconds if custom else float("nan")
         print(
-            f"{n:>7} {d:>4} {k:>4} {method:>10} {seconds:>8.3f} "
-            f"{result['peak_mib']:>9.1f} {floor:>7.2f} {ratio:>9.2f}"
+            f"{n:>7} {d:>4} {k:>4} {method:>10} {seconds:>8.3f} {cpu:>8.3f} "
+            f"{result['peak_mib']:>9.1f} {floor:>7.2f} {cpu_floor:>10.2f} {ratio:>9.2f}"
         )
 
 
