@@ -278,3 +278,40 @@ def test_unknown_distance_subclass_is_not_rescaled() -> None:
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 3.0]])
     distances, _ = CustomKNN(Custom(normalize_embeddings=False))(x * 1e20, 1, x * 1e20)
     torch.testing.assert_close(distances[:, 0], torch.zeros(3))
+
+
+_PEAK_SCRIPT = """
+import resource, sys, torch
+from pytorch_metric_learning.distances import LpDistance
+from pytorch_metric_learning.evaluation import CustomKNN
+n, separate = int(sys.argv[1]), sys.argv[2] == "separate"
+x = torch.randn(n, 16)
+reference = x.clone() if separate else None
+knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+knn(x[:64], 10, None if reference is None else reference[:64], True)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+knn(x, 10, reference, True)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.slow
+def test_peak_memory_is_linear_in_n() -> None:
+    """Peak RSS growth (torch's allocations included) of a search, in fresh processes."""
+    import subprocess
+    import sys
+
+    def growth_mib(n, mode):
+        done = subprocess.run(
+            [sys.executable, "-c", _PEAK_SCRIPT, str(n), mode],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(done.stdout.split()[-1]) / 1024
+
+    small, large = growth_mib(4_000, "self"), growth_mib(12_000, "self")
+    full_matrix_mib = 12_000**2 * 4 / 2**20  # 549 MiB: what a quadratic search would hold
+    assert large < 100, f"peak grew by {large:.0f} MiB (a full matrix is {full_matrix_mib:.0f})"
+    assert large < 3 * small + 40  # 3x the rows: linear growth, not the 9x of n squared
+    assert growth_mib(12_000, "separate") < 100
