@@ -312,6 +312,7 @@ def test_peak_memory_is_linear_in_n() -> None:
 
     small, large = growth_mib(4_000, "self"), growth_mib(12_000, "self")
     full_matrix_mib = 12_000**2 * 4 / 2**20  # 549 MiB: what a quadratic search would hold
-    assert large < 100, f"peak grew by {large:.0f} MiB (a full matrix is {full_matrix_mib:.0f})"
+    # A 64 MiB tile and its top-k temporaries, plus outputs that grow with n.
+    assert large < 250, f"peak grew by {large:.0f} MiB (a full matrix is {full_matrix_mib:.0f})"
     assert large < 3 * small + 40  # 3x the rows: linear growth, not the 9x of n squared
-    assert growth_mib(12_000, "separate") < 100
+    assert growth_mib(12_000, "separate") < 250

@@ -31,7 +31,7 @@ __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
 logger = logging.getLogger(__name__)
 
 # Bytes of one tile of distances when the user sets no batch_size.
-TILE_BYTES = 16 * 2**20
+TILE_BYTES = 64 * 2**20
 # Self-search with k up to this many runs on symmetric tiles with a running top-k; above it,
 # per-row selection costs more than the halved matrix products save (see docs/benchmarks.md).
 SYMMETRIC_MAX_K = 32
@@ -53,7 +53,7 @@ class CustomKNN:
         batch_size: If set, distances are computed in ``(batch_size, len(reference))``
             blocks, so peak memory is one such block plus the outputs and the running
             top-k (about twice the outputs). If None, tiles are sized to a memory budget
-            of about 16 MiB each, whatever the sizes of the query and reference.
+            of about 64 MiB each, whatever the sizes of the query and reference.
 
     Example:
         >>> import torch
