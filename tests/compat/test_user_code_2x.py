@@ -176,3 +176,46 @@ def test_tester_on_precomputed_embeddings_with_end_of_testing_hook() -> None:
     assert seen["splits"] == ["val"]
     assert math.isclose(accuracies["val"]["precision_at_1_level0"], 3 / 4)
     assert seen["accuracies"] == accuracies["val"]
+
+
+class DocsCalculator(AccuracyCalculator):
+    """2.x's docs write ``precision_at_k(knn_labels, query_labels[:, None], 2)``."""
+
+    def calculate_precision_at_2(self, knn_labels, query_labels, **kwargs):  # type: ignore[no-untyped-def]
+        return accuracy_calculator.precision_at_k(knn_labels, query_labels[:, None], 2)
+
+    def calculate_mean_first_distance(self, knn_distances, not_lone_query_mask, **kwargs):  # type: ignore[no-untyped-def]
+        return float(knn_distances[not_lone_query_mask, 0].mean())
+
+    def requires_knn(self):  # type: ignore[no-untyped-def]
+        return super().requires_knn() + ["precision_at_2", "mean_first_distance"]
+
+
+def test_docs_custom_metrics_and_their_keyword_arguments() -> None:
+    calculator = DocsCalculator(include=("precision_at_2", "mean_first_distance"), k=2)
+    accuracies = calculator.get_accuracy(POINTS, LABELS, POINTS, LABELS, ref_includes_query=True)
+    assert accuracies["precision_at_2"] == pytest.approx(3 / 8)  # see the test above
+    # nearest other point: distances 1, 1, 2, 7 (squared Euclidean: 1, 1, 4, 49)
+    assert accuracies["mean_first_distance"] == pytest.approx((1 + 1 + 4 + 49) / 4)
+
+
+def test_docs_floating_point_labels_with_a_custom_comparison() -> None:
+    def label_comparison_fn(x, y):  # type: ignore[no-untyped-def]
+        return torch.abs(x - y) < 1
+
+    labels = torch.tensor([10.0, 0.03, 0.04, 0.05])
+    embeddings = torch.tensor([[0.0], [1.0], [1.5], [1.7]])
+    calculator = AccuracyCalculator(exclude=("NMI", "AMI"), label_comparison_fn=label_comparison_fn)
+    accuracies = calculator.get_accuracy(embeddings, labels, embeddings, labels, True)
+    # 10.0 matches nothing but itself: a lone query, left out. The others match each other,
+    # and each one's two nearest others are the other two: every metric is 1.
+    assert accuracies == {
+        "mean_average_precision_at_r": 1.0,
+        "precision_at_1": 1.0,
+        "r_precision": 1.0,
+    }
+    # query 1.0 alone against 0 and 1.5 with labels 10.0 and 0.04: the first is 1.5 (0.25 < 1)
+    accuracies = calculator.get_accuracy(
+        embeddings[1:2], labels[1:2], embeddings[[0, 2]], labels[[0, 2]], False
+    )
+    assert accuracies["precision_at_1"] == 1.0
