@@ -219,3 +219,60 @@ def test_docs_floating_point_labels_with_a_custom_comparison() -> None:
         embeddings[1:2], labels[1:2], embeddings[[0, 2]], labels[[0, 2]], False
     )
     assert accuracies["precision_at_1"] == 1.0
+
+
+def test_train_with_classifier_as_2x_notebooks_build_it() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(8, 3, generator=generator), LABELS.repeat(2)
+    trunk, embedder, classifier = (
+        torch.nn.Linear(3, 3),
+        torch.nn.Linear(3, 2),
+        torch.nn.Linear(2, 2),
+    )
+    models = {"trunk": trunk, "embedder": embedder, "classifier": classifier}
+    optimizers = {  # lr=0: the models stay as they are, so the losses can be recomputed
+        f"{name}_optimizer": torch.optim.SGD(model.parameters(), lr=0.0)
+        for name, model in models.items()
+    }
+
+    def metric_loss(embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> Any:
+        return embeddings.pow(2).sum()
+
+    loss_funcs = {"metric_loss": metric_loss, "classifier_loss": torch.nn.CrossEntropyLoss()}
+    recorded: list[dict[str, float]] = []
+    dataset = TensorDataset(x, y)
+    trainer = trainers.TrainWithClassifier(
+        models,
+        optimizers,
+        4,
+        loss_funcs,
+        dataset,
+        mining_funcs={},
+        sampler=SequentialSampler(dataset),
+        dataloader_num_workers=0,
+        loss_weights={"metric_loss": 1, "classifier_loss": 0.5},
+        end_of_iteration_hook=lambda t: recorded.append(dict(t.losses)),
+    )
+    trainer.train(num_epochs=1)
+    with torch.no_grad():
+        for batch, losses in zip((slice(0, 4), slice(4, 8)), recorded):
+            embeddings = embedder(trunk(x[batch]))
+            expected_ce = torch.nn.functional.cross_entropy(classifier(embeddings), y[batch])
+            expected_metric = embeddings.pow(2).sum()
+            assert losses["classifier_loss"] == pytest.approx(float(expected_ce), rel=1e-6)
+            assert losses["metric_loss"] == pytest.approx(float(expected_metric), rel=1e-6)
+            expected_total = float(expected_metric) + 0.5 * float(expected_ce)
+            assert losses["total_loss"] == pytest.approx(expected_total, rel=1e-6)
+    assert len(recorded) == 2
+
+
+def test_train_with_classifier_needs_a_classifier() -> None:
+    models, optimizers, _ = _training_parts([])
+    with pytest.raises(InvalidArgumentError, match='"classifier"'):
+        trainers.TrainWithClassifier(
+            models,
+            optimizers,
+            4,
+            {"classifier_loss": torch.nn.CrossEntropyLoss()},
+            _train_dataset(),
+        )
