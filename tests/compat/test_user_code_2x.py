@@ -26,7 +26,7 @@ LABELS = torch.tensor([0, 0, 1, 1])
 class YourCalculator(AccuracyCalculator):
     """The subclass of 2.x's docs/accuracy_calculation.md ("Adding custom accuracy metrics")."""
 
-    def calculate_precision_at_2(self, knn_labels, query_labels, **kwargs):  # type: ignore[no-untyped-def]
+    def calculate_precision_at_2(self, knn_labels, query_labels, **kwargs):
         return accuracy_calculator.precision_at_k(
             knn_labels,
             query_labels[:, None],
@@ -36,13 +36,13 @@ class YourCalculator(AccuracyCalculator):
             self.label_comparison_fn,
         )
 
-    def calculate_fancy_mutual_info(self, query_labels, cluster_labels, **kwargs):  # type: ignore[no-untyped-def]
+    def calculate_fancy_mutual_info(self, query_labels, cluster_labels, **kwargs):
         return 0
 
-    def requires_clustering(self):  # type: ignore[no-untyped-def]
+    def requires_clustering(self):
         return super().requires_clustering() + ["fancy_mutual_info"]
 
-    def requires_knn(self):  # type: ignore[no-untyped-def]
+    def requires_knn(self):
         return super().requires_knn() + ["precision_at_2"]
 
 
@@ -181,13 +181,13 @@ def test_tester_on_precomputed_embeddings_with_end_of_testing_hook() -> None:
 class DocsCalculator(AccuracyCalculator):
     """2.x's docs write ``precision_at_k(knn_labels, query_labels[:, None], 2)``."""
 
-    def calculate_precision_at_2(self, knn_labels, query_labels, **kwargs):  # type: ignore[no-untyped-def]
+    def calculate_precision_at_2(self, knn_labels, query_labels, **kwargs):
         return accuracy_calculator.precision_at_k(knn_labels, query_labels[:, None], 2)
 
-    def calculate_mean_first_distance(self, knn_distances, not_lone_query_mask, **kwargs):  # type: ignore[no-untyped-def]
+    def calculate_mean_first_distance(self, knn_distances, not_lone_query_mask, **kwargs):
         return float(knn_distances[not_lone_query_mask, 0].mean())
 
-    def requires_knn(self):  # type: ignore[no-untyped-def]
+    def requires_knn(self):
         return super().requires_knn() + ["precision_at_2", "mean_first_distance"]
 
 
@@ -200,7 +200,7 @@ def test_docs_custom_metrics_and_their_keyword_arguments() -> None:
 
 
 def test_docs_floating_point_labels_with_a_custom_comparison() -> None:
-    def label_comparison_fn(x, y):  # type: ignore[no-untyped-def]
+    def label_comparison_fn(x, y):
         return torch.abs(x - y) < 1
 
     labels = torch.tensor([10.0, 0.03, 0.04, 0.05])
