@@ -276,3 +276,29 @@ def test_train_with_classifier_needs_a_classifier() -> None:
             {"classifier_loss": torch.nn.CrossEntropyLoss()},
             _train_dataset(),
         )
+
+
+def test_train_with_classifier_skips_a_loss_weighted_zero() -> None:
+    trunk, classifier = torch.nn.Linear(3, 2), torch.nn.Linear(2, 2)
+    calls: list[str] = []
+
+    def metric_loss(embeddings, labels, indices_tuple):
+        calls.append("metric")
+        return embeddings.sum()
+
+    def classifier_loss(logits, labels):
+        calls.append("classifier")
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    trainer = trainers.TrainWithClassifier(
+        {"trunk": trunk, "classifier": classifier},
+        {"optimizer": torch.optim.SGD([*trunk.parameters(), *classifier.parameters()], lr=0.1)},
+        4,
+        {"metric_loss": metric_loss, "classifier_loss": classifier_loss},
+        _train_dataset(),
+        loss_weights={"metric_loss": 0, "classifier_loss": 1},
+        dataloader_num_workers=0,
+    )
+    trainer.train(num_epochs=1)
+    assert calls == ["classifier", "classifier"]
+    assert sorted(trainer.losses) == ["classifier_loss", "total_loss"]
