@@ -7,7 +7,7 @@ import torch
 from sklearn.metrics import normalized_mutual_info_score
 
 from pytorch_metric_learning.evaluation import KMeansFunc, TorchKMeans, load_kmeans_func
-from pytorch_metric_learning.evaluation.kmeans import _lloyd, _nearest_two
+from pytorch_metric_learning.evaluation._lloyd import LocalReducer, lloyd, nearest_two
 
 
 def blobs(num_clusters, per_cluster, dims=16, spread=0.05, seed=0):
@@ -36,7 +36,7 @@ def test_recovers_separated_clusters(num_clusters):
 def test_nearest_centre_and_bounds():
     x, _ = blobs(5, 10, spread=2.0)
     centers = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(1))[:7]]
-    labels, upper, lower = _nearest_two(x, centers)
+    labels, upper, lower = nearest_two(x, centers)
     brute = torch.cdist(x.double(), centers.double())
     two = brute.topk(2, dim=1, largest=False).values
     assert torch.equal(labels, brute.argmin(dim=1))
@@ -73,7 +73,7 @@ def test_bounded_lloyd_equals_plain_lloyd(seed, spread, num_clusters, per_cluste
     x = x.double()  # float64 on both sides: no assignment decided by rounding
     rows = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
     start = x[rows[:num_clusters]]
-    labels, _ = _lloyd(x, start.clone(), max_iter=100, threshold=0.0)
+    labels, _ = lloyd(x, start.clone(), 100, 0.0, LocalReducer())
     assert torch.equal(labels, plain_lloyd(x, start, 100))
 
 
