@@ -23,6 +23,8 @@ from ..errors import InvalidTypeError
 
 # Elements of one (rows, clusters) distance block.
 _BLOCK_ELEMENTS = 1 << 23
+# Elements of x summed per cluster in the input's precision before adding in float64.
+_SUM_BLOCK_ELEMENTS = 1 << 20
 # Keep Hamerly's bounds while at most this fraction of the rows needs measuring.
 _KEEP_BOUNDS = 0.9
 
@@ -260,15 +262,20 @@ def update_centers(
     centers: torch.Tensor,
     reducer: Reducer,
 ) -> torch.Tensor:
-    """Means of the clusters (summed in float64); an empty cluster moves to the row
-    farthest from its centre."""
+    """Means of the clusters; an empty cluster moves to the row farthest from its centre.
+
+    Each block of rows is summed per cluster in the input's precision (``index_add_`` is
+    many times slower in float64 on CPU), and the blocks' sums are added in float64.
+    """
     num_clusters, dims = centers.shape
     packed = torch.zeros(num_clusters * (dims + 1), dtype=torch.float64, device=x.device)
     sums = packed[: num_clusters * dims].view(num_clusters, dims)
-    rows = max(1, _BLOCK_ELEMENTS // max(1, dims))
+    rows = max(1, _SUM_BLOCK_ELEMENTS // max(1, dims))
     for start in range(0, len(x), rows):
-        block = x[start : start + rows].to(torch.float64)
-        sums.index_add_(0, labels[start : start + rows], block)
+        block = torch.zeros_like(centers).index_add_(
+            0, labels[start : start + rows], x[start : start + rows]
+        )
+        sums += block
     packed[num_clusters * dims :] = torch.bincount(labels, minlength=num_clusters)
     packed = reducer.sum(packed)
     sums, counts = packed[: num_clusters * dims].view(num_clusters, dims), packed[-num_clusters:]
