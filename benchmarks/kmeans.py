@@ -1,6 +1,6 @@
 """TorchKMeans speed and clustering quality against faiss's k-means, in the same run.
 
-Data: the class-clustered embeddings of benchmarks/accuracy.py (d = 128, ``n / per_class``
+Data: the class-clustered embeddings of benchmarks/accuracy.py (d = 128, ``--classes``
 classes); every method clusters them into as many clusters as there are classes, as
 AccuracyCalculator does for NMI and AMI. Methods:
 
@@ -15,7 +15,7 @@ Each time is the best of ``--repeats`` runs, the methods taking turns within eac
 between the method's clusters and torch_full's: how much the training sample changes the
 clustering. ``faiss/torch`` above 1 means TorchKMeans is faster.
 
-Usage: python benchmarks/kmeans.py [--sizes 50000] [--per-class 500 50 25] [--repeats 3]
+Usage: python benchmarks/kmeans.py [--sizes 50000] [--classes 100 1000 2000] [--repeats 3]
                                   [--threads 1]
 """
 
@@ -98,7 +98,7 @@ def nmi(first: np.ndarray, second: np.ndarray) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[50_000])
-    parser.add_argument("--per-class", type=int, nargs="+", default=[500, 50, 25])
+    parser.add_argument("--classes", type=int, nargs="+", default=[100, 1000, 2000])
     parser.add_argument("--dims", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, help="torch and faiss threads (default: theirs)")
@@ -109,8 +109,8 @@ def main() -> None:
     print("|       n |    k | method     | best s | faiss/torch |   NMI |   AMI | vs full |")
     print("| ------: | ---: | :--------- | -----: | ----------: | ----: | ----: | ------: |")
     for n in args.sizes:
-        for per_class in args.per_class:
-            x, labels = make_data(n, args.dims, per_class, seed=0)
+        for classes in args.classes:
+            x, labels = make_data(n, args.dims, classes, seed=0)
             k = len(np.unique(labels))
             results = best_times(methods(), x, k, args.repeats)
             for name, (seconds, clusters) in results.items():
