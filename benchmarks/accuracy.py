@@ -142,7 +142,10 @@ def shared_inputs(data_dir: str) -> dict:
 
 def measure(python: str, side: str, data_dir: str, k: str) -> dict:
     command = [python, os.path.abspath(__file__), "--worker", side, "--data", data_dir, "--k", k]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    if side.startswith("pml29"):  # 2.9.0 has our import name: never let it see our path
+        env.pop("PYTHONPATH", None)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
     lines = done.stdout.strip().splitlines()
