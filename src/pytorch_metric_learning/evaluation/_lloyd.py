@@ -373,11 +373,11 @@ def nearest_two(
         block = x[start : start + rows]
         block_sq = (block * block).sum(dim=1, keepdim=True)
         scores = torch.addmm(centers_sq, block, centers.T, alpha=-2)
-        values, indices = torch.topk(scores, min(2, len(centers)), dim=1, largest=False)
-        values = values + block_sq
-        error = slack * (block_sq + centers_sq.max())
-        labels[start : start + rows] = indices[:, 0]
-        upper[start : start + rows] = (values[:, 0] + error[:, 0]).clamp_(min=0).sqrt_()
+        first, indices = scores.min(dim=1)  # two passes of min beat topk(2) on CPU
+        error = slack * (block_sq[:, 0] + centers_sq.max())
+        labels[start : start + rows] = indices
+        upper[start : start + rows] = (first + block_sq[:, 0] + error).clamp_(min=0).sqrt_()
         if len(centers) > 1:
-            lower[start : start + rows] = (values[:, 1] - error[:, 0]).clamp_(min=0).sqrt_()
+            second = scores.scatter_(1, indices.unsqueeze(1), float("inf")).amin(dim=1)
+            lower[start : start + rows] = (second + block_sq[:, 0] - error).clamp_(min=0).sqrt_()
     return labels, upper, lower
