@@ -111,6 +111,13 @@ def kmeans_plan(world: int) -> list[dict[str, Any]]:
             4,
             options={"init_size": 20, "n_init": 2, "tol": 0.0},
         ),
+        kmeans_case(
+            "kmeans_sampled",
+            counts,
+            overlapping,
+            4,
+            options={"max_points_per_centroid": 5, "init_size": 8, "n_init": 2},
+        ),
         kmeans_case("kmeans_mismatch", counts, x, [5, 4, 5][:world]),
         kmeans_case("kmeans_too_many", counts, x, sum(counts) + 1),
     ]

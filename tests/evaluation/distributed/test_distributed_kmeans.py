@@ -8,7 +8,7 @@ from _dist_plans import DIMS, KMEANS_COUNTS, blobs
 from sklearn.cluster import KMeans
 
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
-from pytorch_metric_learning.evaluation import list_kmeans_backends, load_kmeans_func
+from pytorch_metric_learning.evaluation import TorchKMeans, list_kmeans_backends, load_kmeans_func
 from pytorch_metric_learning.evaluation.distributed import DistributedKMeans
 
 
@@ -36,12 +36,16 @@ def test_blobs_are_recovered_as_scikit_learn_does(ran) -> None:
 
 
 @pytest.mark.slow
-def test_sharding_does_not_change_the_clustering(ran, one_rank_group) -> None:
+@pytest.mark.parametrize("name", ["kmeans_overlapping", "kmeans_sampled"])
+def test_sharding_does_not_change_the_clustering(ran, one_rank_group, name: str) -> None:
+    """Also when training on a sample (20 of 73 rows): the sample is drawn from global row
+    numbers, so the ranks train on the rows one process would."""
     world, cases, results = ran
-    case = cases["kmeans_overlapping"]
+    case = cases[name]
     alone = DistributedKMeans(**case["options"])(case["x"], case["num_clusters"])
     assert len(set(alone.tolist())) == case["num_clusters"]
-    assert torch.equal(_gathered(results, world, "kmeans_overlapping"), alone)
+    assert torch.equal(_gathered(results, world, name), alone)
+    assert torch.equal(TorchKMeans(**case["options"])(case["x"], case["num_clusters"]), alone)
 
 
 @pytest.mark.slow
@@ -54,6 +58,22 @@ def test_invalid_arguments_raise_on_every_rank(ran, name: str, fragment: str) ->
     for rank in range(world):
         assert results[rank][name].get("error_type") == "InvalidArgumentError"
         assert fragment in results[rank][name]["message"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"seed": 3, "n_init": 3, "tol": 0.0},
+        {"max_points_per_centroid": 4, "init_size": 5},
+        {"max_points_per_centroid": None, "init_size": None, "max_iter": 2},
+    ],
+)
+def test_one_rank_equals_torch_kmeans(one_rank_group, options) -> None:
+    """One algorithm, two drivers: on one rank the all-reduce driver is the local one."""
+    x = torch.randn(90, DIMS, generator=torch.Generator().manual_seed(8))
+    expected = TorchKMeans(**options)(x, 6)
+    assert torch.equal(DistributedKMeans(**options)(x, 6), expected)
 
 
 def test_registered_as_a_kmeans_backend() -> None:
@@ -70,6 +90,8 @@ def test_registered_as_a_kmeans_backend() -> None:
         ({"tol": -1.0}, InvalidArgumentError),
         ({"seed": "1"}, InvalidTypeError),
         ({"init_size": 0}, InvalidArgumentError),
+        ({"max_points_per_centroid": 0}, InvalidArgumentError),
+        ({"max_points_per_centroid": 2.5}, InvalidTypeError),
         ({"timeout": -3}, InvalidArgumentError),
     ],
 )
