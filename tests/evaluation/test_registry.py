@@ -332,12 +332,29 @@ def test_a_misspelled_attribute_names_it_and_suggests_the_right_one(
     assert "Reinstall" not in str(info.value) and "pml-typo" in str(info.value)
 
 
-def test_an_import_error_inside_the_plugin_still_says_reinstall(tmp_path, monkeypatch) -> None:
+def test_a_missing_dependency_of_the_plugin_is_named_as_not_installed(
+    tmp_path, monkeypatch
+) -> None:
     (tmp_path / "pml_needs_missing_dep.py").write_text("import pml_dependency_not_there\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     use_points(monkeypatch, point("dep", "pml_needs_missing_dep:X", "pml-dep"))
-    with pytest.raises(ImportError, match="pml-dep.*pml_dependency_not_there.*Reinstall"):
+    with pytest.raises(errors.BackendImportError) as info:
         load_knn_func("dep")
+    message = str(info.value)
+    assert "'dep' of pml-dep" in message
+    assert "module 'pml_dependency_not_there' it imports is not installed" in message
+    assert "pml-dep's dependencies" in message
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+    sys.modules.pop("pml_needs_missing_dep", None)
+
+
+def test_a_plugin_module_that_raises_on_import_chains_the_cause(tmp_path, monkeypatch) -> None:
+    (tmp_path / "pml_raises_on_import.py").write_text("raise RuntimeError('no GPU found')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    use_points(monkeypatch, point("boom", "pml_raises_on_import:X", "pml-boom"))
+    with pytest.raises(ImportError, match="'boom' of pml-boom.*RuntimeError: no GPU found"):
+        load_knn_func("boom")
+    sys.modules.pop("pml_raises_on_import", None)
 
 
 @pytest.mark.parametrize(

@@ -57,10 +57,18 @@ def _is_prefix(missing: str, module: str) -> bool:
 
 
 def _failed_import(origin: Origin, error: Exception, others: list[str]) -> BackendImportError:
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if missing:
+        advice = (
+            f"The module {missing!r} it imports is not installed: install the package that "
+            f"provides it (and declare it in {origin.distribution}'s dependencies)"
+        )
+    else:
+        advice = f"Fix or reinstall {origin.distribution}"
     return BackendImportError(
         f"The {origin.kind} backend {origin.name!r} of {origin.distribution} failed to import "
-        f"({type(error).__name__}: {error}). Reinstall that distribution or choose "
-        f"another backend from {others}."
+        f"({type(error).__name__}: {error}). {advice}, or choose another backend from "
+        f"{others}."
     )
 
 

@@ -47,7 +47,7 @@ def check_knn_output(
     """Return a k-NN backend's ``(distances, indices)`` if they follow the contract.
 
     Checks types and dtypes, the ``(len(query), k)`` shape, the query's device, indices
-    inside the reference (no -1 padding), no query's own row in a self-search, no NaN
+    inside the reference (no -1 padding), distinct within each row, no query's own row in a self-search, no NaN
     distances, and rows sorted nearest first (similarities descending for a backend with
     ``is_inverted = True``; ties and float rounding are allowed). It does not check that
     the neighbours are the exact ones: approximate backends are welcome.
@@ -94,6 +94,7 @@ def check_knn_output(
     _check_dtypes(distances, indices, name)
     _check_device(distances, indices, query.device, name)
     _check_index_range(indices, num_reference, k, name)
+    _check_distinct(indices, name)
     if ref_includes_query:
         _check_no_self_match(indices, name)
     inverted = backend is not None and not isinstance(backend, str) and knn_is_inverted(backend)
@@ -106,7 +107,7 @@ def check_knn_backend(knn_func: Any, *, backend: Any = None) -> None:
 
     Three searches of 12 random float32 points in 3-D on the CPU: against a separate
     reference, a self-search with ``k = n - 1`` (the most a self-search may ask for), and
-    the first search again, which must give the same indices (determinism). Meant for a
+    the first search again, which must give the same distances and indices (determinism). Meant for a
     plugin's tests and for listing which installed backends work.
 
     Args:
@@ -136,10 +137,11 @@ def check_knn_backend(knn_func: Any, *, backend: Any = None) -> None:
         for answer, call in zip(answers, calls):
             check_knn_output(answer, *call, backend=backend)
         again = check_knn_output(knn_func(*calls[0]), *calls[0], backend=backend)
-    if not torch.equal(again[1], answers[0][1]):
+    first = answers[0]
+    if not (torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])):
         raise BackendOutputError(
-            f"The {_describe_backend(backend)} returned different neighbours for the same "
-            "search twice; the k-NN contract asks for deterministic results (seed what the "
+            f"The {_describe_backend(backend)} returned different distances or neighbours for "
+            "the same search twice; the k-NN contract asks for deterministic results (seed what the "
             "backend randomizes)."
         )
 
@@ -234,6 +236,20 @@ def _check_index_range(indices: torch.Tensor, num_reference: int, k: int, name: 
         raise BackendOutputError(
             f"The {name} returned indices outside the reference of {num_reference} rows "
             f"(range {low}..{high}); indices must address rows of the reference of the call."
+        )
+
+
+def _check_distinct(indices: torch.Tensor, name: str) -> None:
+    if indices.shape[-1] < 2:
+        return
+    ordered = indices.sort(dim=1).values
+    rows = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1).nonzero()
+    if len(rows):
+        row = int(rows[0])
+        raise BackendOutputError(
+            f"The {name} returned row {row} listing the same reference row more than once: "
+            f"{indices[row].tolist()[:8]}. {len(rows)} rows have this problem; each row must "
+            "hold k distinct neighbours, or a repeated neighbour counts twice in every metric."
         )
 
 
