@@ -105,6 +105,15 @@ def test_unknown_name_lists_installed_names() -> None:
     assert isinstance(info.value, errors.PMLError)
 
 
+def test_a_misspelled_name_suggests_the_installed_one() -> None:
+    register_knn_backend("hnsw", lambda: CustomKNN(LpDistance()))
+    with pytest.raises(errors.UnknownBackendError, match=r"'hnsx'.*Did you mean 'hnsw'\?"):
+        load_knn_func({"name": "hnsx", "ef_search": 128})
+    with pytest.raises(errors.UnknownBackendError) as info:
+        load_knn_func("zzzz")
+    assert "Did you mean" not in str(info.value)
+
+
 def test_known_plugin_not_installed_gives_pip_command(monkeypatch) -> None:
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
     with pytest.raises(
@@ -481,3 +490,18 @@ def test_an_entry_point_naming_a_module_or_a_value_is_explained(monkeypatch, plu
     use_points(monkeypatch, point("mod", plugin_module, "pml-mod"))
     with pytest.raises(errors.BackendDefinitionError, match="pml-mod.*not callable.*factory"):
         load_knn_func("mod")
+
+
+@needs_test_plugins
+def test_a_plugins_wrong_answer_names_its_distribution() -> None:
+    from pytorch_metric_learning.evaluation import AccuracyCalculator
+
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 3, (30,), generator=generator)
+    embeddings = torch.randn(30, 4, generator=generator)
+    farthest_first = {"name": "toy", "largest": True}  # distances, largest first
+    calculator = AccuracyCalculator(include=("r_precision",), knn_func=farthest_first)
+    with pytest.raises(errors.BackendOutputError) as info:
+        calculator.get_accuracy(embeddings, labels)
+    message = str(info.value)
+    assert "'toy' (ToyKNN) of pml-toy-knn" in message and "not sorted nearest first" in message

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import BackendOutputError, BackendOutputTypeError
 from .protocols import knn_is_inverted
-from .registry import backend_name
+from .registry import backend_name, knn_backend_origin
 
 __all__ = ["check_knn_output", "check_knn_backend"]
 
@@ -20,18 +20,26 @@ _CONTRACT = "see the KNNFunc contract in pytorch_metric_learning.evaluation.prot
 
 
 def _describe_backend(backend: Any) -> str:
-    """How error messages name a backend: its registry name and class, or its class alone.
+    """How error messages name a backend: registry name, class and distribution, or its class.
 
     Example:
         >>> from pytorch_metric_learning.evaluation import load_knn_func
-        >>> _describe_backend(load_knn_func("custom")), _describe_backend("toy")
-        ("k-NN backend 'custom' (CustomKNN)", "k-NN backend 'toy'")
+        >>> _describe_backend(load_knn_func("custom"))
+        "k-NN backend 'custom' (CustomKNN) of pytorch-metric-learning"
+        >>> _describe_backend("toy")
+        "k-NN backend 'toy'"
     """
     if isinstance(backend, str):
         return f"k-NN backend {backend!r}"
     kind = getattr(backend, "__qualname__", None) or type(backend).__qualname__
     name = backend_name(backend)
-    return f"k-NN backend {name!r} ({kind})" if name else f"k-NN backend {kind}"
+    if not name:
+        return f"k-NN backend {kind}"
+    origin = knn_backend_origin(backend)
+    where = (
+        "" if not origin else f", {origin}" if origin.startswith("registered") else f" of {origin}"
+    )
+    return f"k-NN backend {name!r} ({kind}){where}"
 
 
 def check_knn_output(
