@@ -505,3 +505,35 @@ def test_a_plugins_wrong_answer_names_its_distribution() -> None:
         calculator.get_accuracy(embeddings, labels)
     message = str(info.value)
     assert "'toy' (ToyKNN) of pml-toy-knn" in message and "not sorted nearest first" in message
+
+
+class FailsToBuild:
+    def __init__(self, error: Exception, size: int = 1) -> None:
+        raise error
+
+
+@pytest.mark.parametrize(
+    "error, expected, builtin",
+    [
+        (RuntimeError("no licence found"), errors.BackendRuntimeError, RuntimeError),
+        (ValueError("size too large"), errors.InvalidBackendOptionError, ValueError),
+        (TypeError("size must be int"), errors.InvalidBackendOptionError, TypeError),
+    ],
+)
+def test_a_factorys_own_error_names_the_backend(error, expected, builtin) -> None:
+    register_knn_backend("fragile", lambda size=1: FailsToBuild(error, size))
+    with pytest.raises(expected) as info:
+        load_knn_func({"name": "fragile", "size": 3})
+    message = str(info.value)
+    assert "'fragile'" in message and "{'size': 3}" in message and str(error) in message
+    assert isinstance(info.value, builtin) and info.value.__cause__ is error
+
+
+@pytest.mark.parametrize(
+    "error", [errors.InvalidArgumentError("bad 'space'"), ModuleNotFoundError("no hnswlib")]
+)
+def test_a_factorys_library_error_and_missing_module_pass_unchanged(error) -> None:
+    register_knn_backend("fragile", lambda: FailsToBuild(error))
+    with pytest.raises(type(error)) as info:
+        load_knn_func("fragile")
+    assert info.value is error

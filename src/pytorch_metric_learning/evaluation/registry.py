@@ -33,7 +33,7 @@ from ..errors import (
     InvalidTypeError,
     UnknownBackendError,
 )
-from ._backend_checks import Origin, bind_options, check_call_shape, load_target
+from ._backend_checks import Origin, bind_options, build_backend, check_call_shape, load_target
 from .protocols import KMeansFunc, KNNFunc
 
 if sys.version_info >= (3, 10):
@@ -275,7 +275,7 @@ class _Registry:
             options["distance"] = distance_from_name(options["distance"])
         factory = self.factory(name)
         bind_options(factory, options, self.origin(name), self.call_args)
-        backend = factory(**options)
+        backend = build_backend(factory, options, self.origin(name))
         self.check(backend, name)
         _remember_name(backend, name)
         return backend
