@@ -1,13 +1,19 @@
 """Exact k-NN speed and memory: CustomKNN against its compute floor and the usual alternatives.
 
-Each measurement runs in a fresh subprocess, so its peak resident memory is its own.
-Baselines, measured in the same run on the same data (self-retrieval):
-  gemm     the bare matrix products of the same (batch, n) blocks: the compute floor
-  cdist    torch.cdist + torch.topk on the same blocks
-  faiss    faiss.IndexFlatL2 (when faiss is importable)
-  faissknn FaissKNN from the plugin (when it is installed)
+Each measurement runs in a fresh subprocess, so its peak resident memory is its own; with
+--repeats R each runs R times and the fastest counts (the machine may be shared). CPU
+seconds (user + system) are reported beside wall seconds: with --threads 1 they are the
+steadier measure when other processes share the cores.
+Methods, measured in the same run on the same data:
+  gemm       every product of the full n x n matrix, in 2048-square tiles: the GEMM floor
+  custom     CustomKNN default (memory-budget tiles), self-search: knn(x, k, None, True)
+  custom_sep CustomKNN default, a separate reference (a copy of x): knn(x, k, copy)
+  custom256  CustomKNN(batch_size=256), self-search: the previous default
+  cdist      torch.cdist + torch.topk on 256-row blocks
+  faiss      faiss.IndexFlatL2, self-search (when faiss is importable)
+  faissknn   FaissKNN from the plugin (when it is installed)
 
-Usage: python benchmarks/knn.py [--sizes 10000,50000] [--dims 128,512] [--ks 1,100]
+Usage: python benchmarks/knn.py [--sizes 10000,50000] [--dims 128] [--ks 1,100] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ import resource
 import subprocess
 import sys
 import time
+from typing import Any
 
 import torch
 
 BATCH = 256
+TILE = 2048
 
 
 def _data(n: int, d: int) -> torch.Tensor:
@@ -30,10 +38,12 @@ def _data(n: int, d: int) -> torch.Tensor:
 
 
 def _gemm(x: torch.Tensor, k: int) -> None:
-    out = torch.empty(BATCH, len(x))
-    for start in range(0, len(x), BATCH):
-        block = x[start : start + BATCH]
-        torch.mm(block, x.T, out=out[: len(block)])
+    out = torch.empty(TILE * TILE)
+    for r0 in range(0, len(x), TILE):
+        rows = x[r0 : r0 + TILE]
+        for c0 in range(0, len(x), TILE):
+            cols = x[c0 : c0 + TILE]
+            torch.mm(rows, cols.T, out=out[: len(rows) * len(cols)].view(len(rows), len(cols)))
 
 
 def _cdist(x: torch.Tensor, k: int) -> None:
@@ -41,11 +51,23 @@ def _cdist(x: torch.Tensor, k: int) -> None:
         torch.topk(torch.cdist(x[start : start + BATCH], x), k + 1, dim=1, largest=False)
 
 
-def _custom(x: torch.Tensor, k: int) -> None:
+def _knn(batch_size: int | None) -> Any:
     from pytorch_metric_learning.distances import LpDistance
     from pytorch_metric_learning.evaluation import CustomKNN
 
-    CustomKNN(LpDistance(normalize_embeddings=False, power=2), batch_size=BATCH)(x, k, x, True)
+    return CustomKNN(LpDistance(normalize_embeddings=False, power=2), batch_size=batch_size)
+
+
+def _custom(x: torch.Tensor, k: int) -> None:
+    _knn(None)(x, k, None, True)
+
+
+def _custom_sep(x: torch.Tensor, k: int) -> None:
+    _knn(None)(x, k, x.clone())
+
+
+def _custom256(x: torch.Tensor, k: int) -> None:
+    _knn(BATCH)(x, k, None, True)
 
 
 def _faiss(x: torch.Tensor, k: int) -> None:
@@ -64,30 +86,58 @@ def _faissknn(x: torch.Tensor, k: int) -> None:
 
 METHODS = {
     "gemm": _gemm,
-    "cdist": _cdist,
     "custom": _custom,
+    "custom_sep": _custom_sep,
+    "custom256": _custom256,
+    "cdist": _cdist,
     "faiss": _faiss,
     "faissknn": _faissknn,
 }
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _measure_here(method: str, n: int, d: int, k: int) -> dict[str, float]:
     x = _data(n, d)
     METHODS[method](x[:BATCH], min(k, BATCH - 1))  # warm up imports and thread pools
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.perf_counter()
+    cpu, start = _cpu_seconds(), time.perf_counter()
     METHODS[method](x, k)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": seconds, "peak_mib": max(peak - before, 0) / 1024}
+    return {"seconds": seconds, "cpu": cpu, "peak_mib": max(peak - before, 0) / 1024}
 
 
-def _measure(method: str, n: int, d: int, k: int) -> dict[str, float] | None:
-    command = [sys.executable, __file__, "--one", method, str(n), str(d), str(k)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        return None
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def _set_threads(threads: int) -> None:
+    if threads <= 0:
+        return
+    torch.set_num_threads(threads)
+    try:
+        import faiss
+    except ImportError:
+        return
+    faiss.omp_set_num_threads(threads)
+
+
+def _measure(
+    method: str, n: int, d: int, k: int, repeats: int, threads: int
+) -> dict[str, float] | None:
+    """The fastest wall and CPU times of ``repeats`` fresh-process runs, the largest peak."""
+    command = [sys.executable, __file__, "--one", method, str(n), str(d), str(k), str(threads)]
+    runs = []
+    for _ in range(repeats):
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            return None
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    return {
+        "seconds": min(run["seconds"] for run in runs),
+        "cpu": min(run["cpu"] for run in runs),
+        "peak_mib": max(run["peak_mib"] for run in runs),
+    }
 
 
 def _available(method: str) -> bool:
@@ -102,37 +152,49 @@ def _available(method: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,50000")
-    parser.add_argument("--dims", default="128,512")
+    parser.add_argument("--dims", default="128")
     parser.add_argument("--ks", default="1,100")
-    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--threads", type=int, default=0, help="torch/faiss threads (0: default)")
+    parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        method, n, d, k = args.one
+        method, n, d, k, threads = args.one
+        _set_threads(int(threads))
         print(json.dumps(_measure_here(method, int(n), int(d), int(k))))
         return
-    methods = [m for m in METHODS if _available(m)]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {BATCH}")
-    header = (
-        f"{'n':>7} {'d':>4} {'k':>4} {'method':>9} {'seconds':>8} {'peak MiB':>9} {'custom/x':>9}"
+    methods = [m for m in args.methods.split(",") if m in METHODS and _available(m)]
+    _set_threads(args.threads)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"best of {args.repeats} runs each"
     )
-    print(header)
+    print(
+        f"{'n':>7} {'d':>4} {'k':>4} {'method':>10} {'seconds':>8} {'cpu s':>8} {'peak MiB':>9} "
+        f"{'x/gemm':>7} {'cpu x/gemm':>10} {'custom/x':>9}"
+    )
     for n in map(int, args.sizes.split(",")):
         for d in map(int, args.dims.split(",")):
             for k in map(int, args.ks.split(",")):
-                _report(methods, n, d, k)
+                _report(methods, (n, d, k), args.repeats, args.threads)
 
 
-def _report(methods: list[str], n: int, d: int, k: int) -> None:
-    results = {m: _measure(m, n, d, k) for m in methods}
-    custom = results.get("custom")
+def _report(methods: list[str], size: tuple[int, int, int], repeats: int, threads: int) -> None:
+    n, d, k = size
+    results = {m: _measure(m, n, d, k, repeats, threads) for m in methods}
+    custom, gemm = results.get("custom"), results.get("gemm")
     for method, result in results.items():
         if result is None:
-            print(f"{n:>7} {d:>4} {k:>4} {method:>9}   failed")
+            print(f"{n:>7} {d:>4} {k:>4} {method:>10}   failed")
             continue
-        ratio = custom["seconds"] / result["seconds"] if custom else float("nan")
+        seconds, cpu = result["seconds"], result["cpu"]
+        floor = seconds / gemm["seconds"] if gemm else float("nan")
+        cpu_floor = cpu / gemm["cpu"] if gemm else float("nan")
+        ratio = custom["seconds"] / seconds if custom else float("nan")
         print(
-            f"{n:>7} {d:>4} {k:>4} {method:>9} {result['seconds']:>8.3f} "
-            f"{result['peak_mib']:>9.1f} {ratio:>9.2f}"
+            f"{n:>7} {d:>4} {k:>4} {method:>10} {seconds:>8.3f} {cpu:>8.3f} "
+            f"{result['peak_mib']:>9.1f} {floor:>7.2f} {cpu_floor:>10.2f} {ratio:>9.2f}"
         )
 
 

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import torch
 
+from ._atomic import atomic_write
 from .errors import PMLError
+from .evaluation._install_hint import extra_install_hint
 from .evaluation.thresholds import Metric, match_f1
 from .evaluation.verification import ThresholdCurve, threshold_curve
 
@@ -32,7 +34,6 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
-INSTALL_HINT = 'pip install "pytorch-metric-learning[plots]"'
 
 
 class PlotsNotInstalledError(PMLError, ModuleNotFoundError):
@@ -356,7 +357,8 @@ def _new_figure(width: float, height: float) -> Figure:
         from matplotlib.figure import Figure
     except ModuleNotFoundError as error:
         raise PlotsNotInstalledError(
-            f"Plots need matplotlib, which is not installed. Install it with: {INSTALL_HINT}",
+            "Plots need matplotlib, which is not installed. Install it with: "
+            f"{extra_install_hint('plots')}",
             name="matplotlib",
         ) from error
     figure = Figure(figsize=(width, height), layout="constrained")
@@ -365,7 +367,5 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _save(figure: Figure, path: PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", dpi=120)
-    return path
+    """Write the PNG atomically: a failed save leaves any earlier plot at ``path`` intact."""
+    return atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=120))

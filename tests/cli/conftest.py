@@ -22,6 +22,13 @@ class Result:
     err: str
 
 
+def error_line(err: str) -> str:
+    """The single ``pml-eval: error:`` line (warnings, e.g. from installed test plugins, aside)."""
+    lines = [line for line in err.splitlines() if not line.startswith("pml-eval: warning:")]
+    assert len(lines) == 1 and lines[0].startswith("pml-eval: error: "), err
+    return lines[0]
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]):
     """Call ``main(argv)`` and return its exit code with what it printed."""

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytorch_metric_learning import __version__
+from pytorch_metric_learning.cli._commands import COMMANDS
 from pytorch_metric_learning.cli.app import EXIT_INTERNAL, EXIT_USAGE, build_parser
 
-from .conftest import run_subprocess
+from .conftest import error_line, run_subprocess
 
 
 def test_version(cli) -> None:
@@ -44,7 +47,7 @@ def test_usage_errors_are_one_line(cli, argv: tuple[str, ...], message: str) -> 
 
 
 def test_unexpected_errors_are_one_line(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(kind: str) -> list[object]:
+    def explode(*args: object) -> list[object]:
         raise ZeroDivisionError("boom")
 
     monkeypatch.setattr("pytorch_metric_learning.cli.backends.backend_statuses", explode)
@@ -56,7 +59,7 @@ def test_unexpected_errors_are_one_line(cli, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_traceback_flag_reraises(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(kind: str) -> list[object]:
+    def explode(*args: object) -> list[object]:
         raise ZeroDivisionError("boom")
 
     monkeypatch.setattr("pytorch_metric_learning.cli.backends.backend_statuses", explode)
@@ -69,8 +72,7 @@ def test_unwritable_output_is_an_input_error(cli, tmp_path: Path) -> None:
     blocker.write_text("")
     result = cli("backends", "--output", blocker / "inside.json")
     assert result.code == 1
-    assert result.err.startswith("pml-eval: error: ")
-    assert result.err.count("\n") == 1
+    assert f"'{blocker}' is a file, not a folder" in error_line(result.err)
 
 
 def test_parser_subcommands() -> None:
@@ -87,8 +89,82 @@ def test_console_script_is_installed() -> None:
     script = shutil.which("pml-eval", path=str(Path(sys.executable).parent))
     if script is None:
         pytest.skip("the console script is not installed next to this interpreter")
-    import subprocess
-
     completed = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0
     assert completed.stdout.strip() == f"pml-eval {__version__}"
+
+
+def _imports_after(argv: list[str]) -> set[str]:
+    """The modules a fresh interpreter holds after ``main(argv)``."""
+    code = (
+        "import sys\nfrom pytorch_metric_learning.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "print()\nprint(' '.join(sorted(sys.modules)))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(completed.stdout.splitlines()[-1].split())
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["-h"]])
+def test_help_and_version_import_neither_torch_nor_a_subcommand(argv: list[str]) -> None:
+    modules = _imports_after(argv)
+    assert "pytorch_metric_learning.cli.app" in modules  # the command really ran
+    assert "torch" not in modules and "numpy" not in modules
+    assert not {f"pytorch_metric_learning.cli.{name}" for name in COMMANDS} & modules
+
+
+def test_a_subcommand_imports_only_its_own_module() -> None:
+    modules = _imports_after(["threshold", "--help"])
+    assert "pytorch_metric_learning.cli.threshold" in modules
+    assert "pytorch_metric_learning.cli.demo" not in modules
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+def test_verbose_before_or_after_the_subcommand_adds_progress(
+    cli, tmp_path: Path, position: str
+) -> None:
+    from .test_loaders import write
+
+    query = write(tmp_path / "q.npy", np.arange(24, dtype=np.float32).reshape(12, 2))
+    labels = write(tmp_path / "l.npy", np.arange(12) % 3)
+    argv = ["evaluate", query, "--labels", labels, "--metrics", "precision_at_1"]
+    quiet = cli(*argv)
+    verbose = cli("-v", *argv) if position == "before" else cli(*argv, "--verbose")
+    assert quiet.code == verbose.code == 0
+    assert "Read 12 queries and 12 references of 2 dims" in verbose.err
+    assert "k-NN backend: CustomKNN(" in verbose.err
+    assert "Read 12 queries" not in quiet.err
+    assert quiet.out == verbose.out
+
+
+def test_double_verbose_adds_debug_messages(tmp_path: Path) -> None:
+    from .test_loaders import write
+
+    query = write(tmp_path / "q.npy", np.arange(24, dtype=np.float32).reshape(12, 2))
+    labels = write(tmp_path / "l.npy", np.arange(12) % 3)
+    # A fresh interpreter: the registry logs a backend's loading only once per process.
+    result = run_subprocess(
+        "-vv",
+        "evaluate",
+        query,
+        "--labels",
+        labels,
+        "--metrics",
+        "precision_at_1",
+        "--knn",
+        "custom",
+    )
+    assert result.code == 0
+    assert "Loaded knn backend 'custom'" in result.err
+
+
+def test_demo_advice_names_the_command_as_it_was_started() -> None:
+    from pytorch_metric_learning.cli.demo import command_name
+
+    assert command_name(".venv/bin/pml-eval") == ".venv/bin/pml-eval"
+    assert command_name("/opt/my env/bin/pml-eval") == "'/opt/my env/bin/pml-eval'"
+    module_run = command_name("/src/pytorch_metric_learning/__main__.py")
+    assert module_run.endswith(" -m pytorch_metric_learning")
+    assert Path(module_run.split(" -m ")[0].strip("'")) == Path(sys.executable)

@@ -15,6 +15,7 @@ import torch
 
 from pytorch_metric_learning.cli import main
 from pytorch_metric_learning.cli.demo import load_digit_splits, supervised_contrastive_loss
+from pytorch_metric_learning.evaluation._install_hint import extra_install_hint
 
 pytest.importorskip("sklearn")
 
@@ -165,7 +166,7 @@ def test_without_scikit_learn(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     result = cli("demo", "--quick", "--output", tmp_path / "demo")
     assert result.code == 1
     assert result.err.count("\n") == 1
-    assert 'pip install "pytorch-metric-learning[demo]"' in result.err
+    assert extra_install_hint("demo") in result.err  # the hint itself: test_install_hint.py
 
 
 def test_epochs_must_be_positive(cli) -> None:
@@ -204,6 +205,18 @@ def test_a_foreign_folder_is_left_alone(cli, tmp_path: Path) -> None:
     overwritten = cli("demo", "--epochs", "1", "--no-plots", "--overwrite", "--output", folder)
     assert overwritten.code == 0, overwritten.err
     assert not (folder / "models" / "precious.pth").exists()
+
+
+def test_next_steps_run_as_printed(quick_demo: DemoRun) -> None:
+    """The commands the summary suggests work when pasted (no venv activation needed)."""
+    import shlex
+    import subprocess
+
+    lines = quick_demo.out.split("from the command line:")[1].strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        done = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (line, done.stderr)
 
 
 def test_recall_at_k_with_intervals(quick_demo: DemoRun) -> None:

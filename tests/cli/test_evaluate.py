@@ -11,6 +11,7 @@ import torch
 
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.evaluation import CustomKNN, list_knn_backends
+from pytorch_metric_learning.evaluation._install_hint import plugin_install_hint
 from pytorch_metric_learning.evaluation.accuracy_calculator import AccuracyCalculator
 
 from .test_loaders import write
@@ -256,12 +257,12 @@ ERRORS = [
     ),
     (
         ("evaluate", "{q}", "--labels", "{l}", "--knn", "{{oops"),
-        1,
+        2,
         "The --knn option is not valid JSON",
     ),
     (
         ("evaluate", "{q}", "--labels", "{l}", "--knn", '{{"distance": "cosine"}}'),
-        1,
+        2,
         'a JSON object with a "name"',
     ),
     (
@@ -292,13 +293,23 @@ ERRORS = [
     (("evaluate", "{q}"), 2, "the following arguments are required: --labels"),
     (
         ("evaluate", "{q}", "--labels", "{l}", "--device", "banana"),
-        1,
-        "The --device option must be a torch device",
+        2,
+        "argument --device: must be a torch device",
+    ),
+    (
+        ("evaluate", "{q}", "--labels", "{l}", "--device", "meta"),
+        2,
+        "argument --device: cannot compute on 'meta'",
+    ),
+    (
+        ("evaluate", "{q}", "--labels", "{l}", "--kmeans", "[1]"),
+        2,
+        "argument --kmeans: The --kmeans option must be a backend name or a JSON object",
     ),
     (
         ("evaluate", "{q}", "--labels", "{l}", "--per-class", "--avg-of-avgs"),
-        1,
-        "mutually exclusive",
+        2,
+        "argument --avg-of-avgs: not allowed with argument --per-class",
     ),
 ]
 
@@ -319,12 +330,29 @@ def test_faiss_not_installed(cli, tmp_path: Path, data) -> None:
     files = _files(tmp_path, data)
     result = cli("evaluate", files["q"], "--labels", files["l"], "--knn", '{"name": "faiss"}')
     assert result.code == 3
-    assert 'pip install "pytorch-metric-learning[faiss]"' in result.err
+    assert plugin_install_hint("faiss") in result.err  # the hint itself: test_install_hint.py
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_cuda_device_without_cuda(cli, tmp_path: Path, data) -> None:
     files = _files(tmp_path, data)
     result = cli("evaluate", files["q"], "--labels", files["l"], "--device", "cuda")
-    assert result.code == 1
+    assert result.code == 2
     assert "CUDA is not available" in result.err
+
+
+def test_a_backend_name_two_distributions_claim_exits_3(
+    cli, tmp_path: Path, data, fake_plugins
+) -> None:
+    from .conftest import add_distribution, error_line
+
+    source = "class Backend:\n    def __call__(self, query, k, reference=None, ref_includes_query=False):\n        raise NotImplementedError\n"
+    for name in ("fake-claim-one", "fake-claim-two"):
+        module = name.replace("-", "_").replace("fake", "fake_pml")
+        entry = f"[pytorch_metric_learning.knn_backends]\nclaimed = {module}:Backend\n"
+        add_distribution(fake_plugins, name, "0.1", entry, {module: source})
+    files = _files(tmp_path, data)
+    result = cli("evaluate", files["q"], "--labels", files["l"], "--knn", "claimed")
+    assert result.code == 3
+    line = error_line(result.err)
+    assert "fake-claim-one" in line and "fake-claim-two" in line

@@ -518,7 +518,7 @@ def test_knn_outputs_are_released_before_returning():
 
 def test_backend_specs_and_defaults():
     calc = AccuracyCalculator()
-    assert isinstance(calc.knn_func, CustomKNN) and calc.knn_func.batch_size == 256
+    assert isinstance(calc.knn_func, CustomKNN) and calc.knn_func.batch_size is None
     distance = calc.knn_func.distance
     assert isinstance(distance, LpDistance)
     assert (distance.normalize_embeddings, distance.power) == (False, 2)

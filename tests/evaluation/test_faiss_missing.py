@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from test_install_hint import expected_hint
 
 from pytorch_metric_learning import evaluation
 from pytorch_metric_learning.distances import CosineSimilarity
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.skipif(
     reason="the faiss plugin is installed",
 )
 
-EXTRA = re.escape("pytorch-metric-learning[faiss]")
+# The pip command for this installation: the checkout's plugin folder for an editable core.
+EXTRA = re.escape(expected_hint())
 
 
 @pytest.mark.parametrize("name", ["FaissKNN", "FaissKMeans"])

@@ -17,6 +17,7 @@ from pytorch_metric_learning.evaluation import (
     CustomKNN,
     KMeansFunc,
     KNNFunc,
+    _install_hint,
     list_kmeans_backends,
     list_knn_backends,
     load_kmeans_func,
@@ -116,6 +117,8 @@ def test_a_misspelled_name_suggests_the_installed_one() -> None:
 
 def test_known_plugin_not_installed_gives_pip_command(monkeypatch) -> None:
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
+    # An installation from the index (a checkout's hint: tests/evaluation/test_install_hint.py).
+    monkeypatch.setattr(_install_hint, "source_checkout", lambda: None)
     with pytest.raises(
         ModuleNotFoundError, match=r'pip install "pytorch-metric-learning\[faiss\]"'
     ):
@@ -504,7 +507,8 @@ def test_a_plugins_wrong_answer_names_its_distribution() -> None:
     with pytest.raises(errors.BackendOutputError) as info:
         calculator.get_accuracy(embeddings, labels)
     message = str(info.value)
-    assert "'toy' (ToyKNN) of pml-toy-knn" in message and "not sorted nearest first" in message
+    assert "'toy' (ToyKNN)" in message and "not sorted nearest first" in message
+    assert message.endswith("Backend 'toy' comes from the distribution pml-toy-knn.")
 
 
 class FailsToBuild:

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["format_table", "format_number", "write_json"]
+from .._atomic import atomic_write_text
+
+__all__ = ["format_table", "format_number", "write_json", "write_results", "say_written"]
 
 
 def format_number(value: Any) -> str:
@@ -41,19 +43,35 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def write_json(destination: str | Path, data: Any) -> None:
+def write_json(destination: str | Path, data: Any) -> Path | None:
     """Write ``data`` as indented JSON to a file (parents created) or to stdout for ``-``.
 
     Strict JSON has no NaN or infinity: NaN is written as ``null`` and infinities as the
-    strings ``"inf"`` and ``"-inf"`` (which Python's ``float`` reads back).
+    strings ``"inf"`` and ``"-inf"`` (which Python's ``float`` reads back). A file is
+    written atomically; its path is returned (``None`` for stdout).
     """
     text = json.dumps(_finite(data), indent=2, sort_keys=False) + "\n"
     if str(destination) == "-":
         sys.stdout.write(text)
-        return
-    path = Path(destination)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+        return None
+    return atomic_write_text(destination, text)
+
+
+def write_results(destination: str | Path, data: Any) -> None:
+    """:func:`write_json`, then say where the file went (``--output`` of every command)."""
+    path = write_json(destination, data)
+    if path is not None:
+        say_written("Results", path, to_stderr=False)
+
+
+def say_written(what: str, path: Path, to_stderr: bool) -> None:
+    """Tell the user where a file went: ``Results written to out.json``.
+
+    Example:
+        >>> say_written("Plot", Path("plot.png"), to_stderr=False)
+        Plot written to plot.png
+    """
+    print(f"{what} written to {path}", file=sys.stderr if to_stderr else sys.stdout)
 
 
 def _finite(data: Any) -> Any:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
 from ..evaluation.registry import backend_info
 from ._versions import distribution_version
 
-__all__ = ["parse_spec", "describe_spec"]
+__all__ = ["parse_spec", "spec_option", "describe_spec"]
 
 
 def parse_spec(text: str, option: str) -> str | dict[str, Any]:
@@ -40,6 +41,23 @@ def parse_spec(text: str, option: str) -> str | dict[str, Any]:
             f"Got {text} instead."
         )
     return spec
+
+
+def spec_option(option: str) -> Callable[[str], Any]:
+    """An argparse ``type`` for ``option``: a malformed spec is a usage error (exit 2).
+
+    Example:
+        >>> spec_option("--knn")('{"name": "custom"}')
+        {'name': 'custom'}
+    """
+
+    def parse(text: str) -> Any:
+        try:
+            return parse_spec(text, option)
+        except InvalidArgumentError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
 
 
 def describe_spec(spec: str | dict[str, Any] | None, kind: str, default: str) -> dict[str, Any]:

@@ -1,14 +1,20 @@
 """The ``pml-eval`` application: argument parsing, dispatch, and one-line errors.
 
-Exit codes: 0 success, 1 unusable input (a missing file, a wrong shape, labels of another
-length), 2 a command line argparse rejects, 3 a backend that is unknown, not installed or
-broken, 4 an unexpected internal error, 130 interrupted.
+Exit codes: 0 success, 1 unusable input (a missing, empty or unreadable file, a wrong
+shape, labels of another length) or an output file that cannot be written, 2 a malformed
+command line (argparse's errors, contradictory options, a device this machine cannot use,
+an output path that names an input), 3 a backend that is unknown, not installed, broken or
+claimed by several distributions, 4 an unexpected internal error, 130 interrupted.
+
+Only the module of the subcommand being run is imported, so ``pml-eval --help`` and
+``--version`` do not import torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
 import sys
 import warnings
@@ -17,7 +23,7 @@ from typing import Any, NoReturn, TextIO
 
 from .. import __version__
 from ..errors import BackendError, PMLError
-from . import backends, compare, demo, evaluate, threshold
+from ._commands import COMMANDS
 from ._errors import UsageError
 
 __all__ = [
@@ -47,8 +53,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``pml-eval`` parser with every subcommand.
+def build_parser(command: str | None = "") -> argparse.ArgumentParser:
+    """The ``pml-eval`` parser.
+
+    Args:
+        command: The subcommand whose options are needed: its module alone is imported,
+            the others appear by name and help only. ``""`` (the default) loads them all;
+            ``None`` loads none (enough for ``pml-eval --help``).
 
     Example:
         >>> build_parser().parse_args(["backends"]).command
@@ -65,16 +76,41 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show the full traceback of an unexpected error (for bug reports)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    _add_verbose(parser, default=0)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
-    for module in _command_modules():
-        module.add_parser(subparsers)
+    for name, (module, help_text) in COMMANDS.items():
+        if command == "" or name == command:
+            _command_module(module).add_parser(subparsers)
+            _add_verbose(subparsers.choices[name], default=argparse.SUPPRESS)
+        else:
+            subparsers.add_parser(name, help=help_text)
     return parser
 
 
-def _command_modules() -> list[Any]:
-    return [evaluate, compare, threshold, backends, demo]
+def _add_verbose(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``-v`` works before and after the subcommand; ``-vv`` adds debug messages."""
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="show the library's progress messages (-vv: also debug messages)",
+    )
+
+
+def _command_module(module: str) -> Any:
+    return importlib.import_module(f"{__package__}.{module}")
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (top-level options take no values)."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            args = build_parser().parse_args(args_list)
+            args = build_parser(_chosen_command(args_list)).parse_args(args_list)
         except UsageError as error:
             return _fail(f"{error}", EXIT_USAGE)
         except SystemExit as done:  # --help and --version
@@ -147,16 +183,19 @@ def _show_warning(
 
 
 @contextlib.contextmanager
-def _logging_to_stderr(verbose: bool) -> Iterator[None]:
-    """Show the library's warnings (and, with ``--verbose``, its info) while a command runs."""
+def _logging_to_stderr(verbose: int) -> Iterator[None]:
+    """Show the library's warnings; ``-v`` adds its info messages and ``-vv`` its debug ones."""
     logger = logging.getLogger("pytorch_metric_learning")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
     previous = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    logger.setLevel(_LEVELS[min(verbose, len(_LEVELS) - 1)])
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
+
+
+_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)

@@ -1,19 +1,27 @@
-"""``pml-eval backends``: every installed k-NN and k-means backend, and whether it imports."""
+"""``pml-eval backends``: every installed k-NN and k-means backend, and whether it works.
+
+Each backend is built with its defaults (which imports it and checks it against its
+Protocol) and, unless ``--no-check``, run once on tiny data through the contract checks.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from ..evaluation.registry import BackendInfo, backend_info, kmeans_factory, knn_factory
-from ._output import format_table, write_json
+from ..evaluation.registry import BackendInfo, backend_info, load_kmeans_func, load_knn_func
+from ._backend_check import kmeans_problem, knn_problem
+from ._commands import COMMANDS
+from ._output import format_table, write_results
+from ._paths import check_outputs
 from ._versions import distribution_version
 
 __all__ = ["BackendStatus", "backend_statuses", "add_parser", "run"]
 
-_FACTORIES: dict[str, Callable[[str], object]] = {"knn": knn_factory, "kmeans": kmeans_factory}
+_LOADERS: dict[str, Callable[[str], Any]] = {"knn": load_knn_func, "kmeans": load_kmeans_func}
+_CHECKS: dict[str, Callable[[Any], str]] = {"knn": knn_problem, "kmeans": kmeans_problem}
 _TITLES = {"knn": "k-NN backends", "kmeans": "k-means backends"}
 
 
@@ -27,8 +35,9 @@ class BackendStatus:
         distribution: The distribution that declares it (several, comma-separated, when
             they conflict).
         version: That distribution's version, or ``""`` when unknown.
-        status: ``"ok"`` when its factory imports, else ``"broken"``.
-        error: Why it is broken (``""`` when it is not).
+        status: ``"ok"`` when it imports, builds with its defaults and (when checked)
+            passes a tiny search through the contract checks; else ``"not ok"``.
+        error: Why it is not ok (``""`` when it is).
     """
 
     kind: str
@@ -39,30 +48,30 @@ class BackendStatus:
     error: str
 
 
-def backend_statuses(kind: str) -> list[BackendStatus]:
-    """Import each ``kind`` backend's factory and report what happened, without raising.
+def backend_statuses(kind: str, check: bool = True) -> list[BackendStatus]:
+    """Build (and, if ``check``, try) each ``kind`` backend and report it, without raising.
 
     Example:
         >>> [row.status for row in backend_statuses("knn") if row.name == "custom"]
         ['ok']
     """
-    return [_status(kind, info) for info in backend_info(kind)]
+    return [_status(kind, info, check) for info in backend_info(kind)]
 
 
-def _status(kind: str, info: BackendInfo) -> BackendStatus:
+def _status(kind: str, info: BackendInfo, check: bool) -> BackendStatus:
     versions = [distribution_version(name) for name in info.distributions]
     try:
-        _FACTORIES[kind](info.name)
+        backend = _LOADERS[kind](info.name)
     except Exception as error:  # a broken plugin must not break the listing
-        status, reason = "broken", _reason(error)
+        reason = _reason(error)
     else:
-        status, reason = "ok", ""
+        reason = _CHECKS[kind](backend) if check else ""
     return BackendStatus(
         kind=kind,
         name=info.name,
         distribution=", ".join(info.distributions),
         version=", ".join(version for version in versions if version),
-        status=status,
+        status="not ok" if reason else "ok",
         error=reason,
     )
 
@@ -78,9 +87,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``backends`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "backends",
-        help="list the installed k-NN and k-means backends",
+        help=COMMANDS["backends"][1],
         description="List every installed k-NN and k-means backend: its name, the "
-        "distribution that provides it with its version, and whether it imports.",
+        "distribution that provides it with its version, and whether it works: built with "
+        "its defaults and run once on tiny data through the contract checks.",
+    )
+    parser.add_argument(
+        "--check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run each backend once on tiny data and check its output (default: on; "
+        "--no-check only imports and builds them)",
     )
     parser.add_argument(
         "--output", metavar="FILE.json", help="also write the listing as JSON ('-' for stdout)"
@@ -89,17 +106,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """List the backends; exit code 0 even when some are broken (the listing says which)."""
-    rows = {kind: backend_statuses(kind) for kind in _FACTORIES}
+    """List the backends; exit code 0 even when some are not ok (the listing says which)."""
+    check_outputs({"--output": args.output}, {})
+    rows = {kind: backend_statuses(kind, args.check) for kind in _LOADERS}
     if args.output != "-":
         print(_render(rows))
     if args.output:
-        write_json(
+        write_results(
             args.output, {kind: [asdict(row) for row in found] for kind, found in rows.items()}
         )
-    broken = sum(row.status == "broken" for found in rows.values() for row in found)
-    if broken:
-        print(f"{broken} backend(s) failed to import; see the error column.", file=sys.stderr)
+    failing = sum(row.status != "ok" for found in rows.values() for row in found)
+    if failing:
+        print(f"{failing} backend(s) not ok; the status column says why.", file=sys.stderr)
     return 0
 
 

@@ -12,9 +12,12 @@ from typing import Any
 
 from ..evaluation import PairedComparison, compare_per_query
 from ..evaluation.accuracy_calculator import ON_REQUEST_METRICS
+from ._commands import COMMANDS
 from ._errors import UsageError
 from ._intervals import add_bootstrap_arguments, bootstrap_settings, check_metric_names
-from ._output import format_number, format_table, write_json
+from ._output import format_number, format_table, write_results
+from ._paths import check_outputs
+from ._specs import spec_option
 from ._versions import environment_versions
 from .evaluate import EvaluationInputs, build_calculator, check_device, load_inputs
 
@@ -29,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "compare",
-        help="compare two models' embeddings of the same queries, with a paired bootstrap",
+        help=COMMANDS["compare"][1],
         description="Score model A's and model B's embeddings of the same queries, and report "
         "each metric for both, the difference B - A, its bootstrap interval, and the p-value "
         "of 'B is no better than A'. Without --reference, each query is searched among the "
@@ -60,8 +63,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         f"{','.join(ON_REQUEST_METRICS)} and recall_at_K, precision_at_K, "
         "mean_average_precision_at_K, ndcg_at_K for any K",
     )
-    parser.add_argument("--device", help="torch device to compute on (default: cpu)")
-    parser.add_argument("--knn", metavar="SPEC", help="k-NN backend: a name or JSON")
+    parser.add_argument(
+        "--device", type=check_device, help="torch device to compute on (default: cpu)"
+    )
+    parser.add_argument(
+        "--knn", type=spec_option("--knn"), metavar="SPEC", help="k-NN backend: a name or JSON"
+    )
     parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
     add_bootstrap_arguments(parser, ci_default=0.95)
     parser.set_defaults(run=run)
@@ -80,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--reference takes one file or two (A's and B's). Got {len(args.reference)}"
         )
-    check_device(args.device)
+    check_outputs({"--output": args.output}, _input_files(args))
     models = {name: _model_args(args, name) for name in ("a", "b")}
     # One labels file for both models: each model's files must have its length.
     inputs = {name: load_inputs(model) for name, model in models.items()}
@@ -94,8 +101,15 @@ def run(args: argparse.Namespace) -> int:
         print(_describe(args, inputs["a"]))
         print(_render(compared, args.ci))
     if args.output:
-        write_json(args.output, _record(compared, args, inputs["a"]))
+        write_results(args.output, _record(compared, args, inputs["a"]))
     return 0
+
+
+def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
+    files = {"A_QUERY": args.a_query, "B_QUERY": args.b_query, "--labels": args.labels}
+    for index, path in enumerate(args.reference or []):
+        files[f"--reference ({index + 1})"] = path
+    return {**files, "--reference-labels": args.reference_labels}
 
 
 def _model_args(args: argparse.Namespace, model: str) -> argparse.Namespace:

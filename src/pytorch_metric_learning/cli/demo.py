@@ -18,6 +18,7 @@ Everything runs on the CPU and needs no network: ``pip install
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import sys
 import time
@@ -32,12 +33,15 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from .._atomic import atomic_write, atomic_write_text
 from ..distances import CosineSimilarity
 from ..errors import InvalidArgumentError, PMLError
+from ..evaluation._install_hint import extra_install_hint
 from ..evaluation.accuracy_calculator import AccuracyCalculator
 from ..testers import GlobalEmbeddingSpaceTester
 from ..trainers import MetricLossOnly
 from ..utils import logging_presets
+from ._commands import COMMANDS
 from ._intervals import paper_recall
 from ._output import format_table, write_json
 
@@ -53,7 +57,6 @@ __all__ = [
     "run",
 ]
 
-INSTALL_HINT = 'pip install "pytorch-metric-learning[demo]"'
 PRIMARY_METRIC = "precision_at_1"
 _MARKER = ".pml-eval-demo"
 _OUTPUT_NAMES = (
@@ -126,7 +129,7 @@ def load_digit_splits(seed: int = 0) -> dict[str, TensorDataset]:
     except ModuleNotFoundError as error:
         raise DemoDependencyError(
             f"The demo reads the UCI digits that ship with scikit-learn, which is not "
-            f"installed. Install it with: {INSTALL_HINT}",
+            f"installed. Install it with: {extra_install_hint('demo')}",
             name="sklearn",
         ) from error
     digits = load_digits()
@@ -242,9 +245,14 @@ def prepare_output(folder: Path, overwrite: bool = False) -> None:
     anything else in the folder is left alone.
 
     Raises:
-        InvalidArgumentError: ``folder`` holds files with the demo's names but is not a
-            demo folder, and ``overwrite`` is false.
+        InvalidArgumentError: ``folder`` is a file, or holds files with the demo's names
+            but is not a demo folder, and ``overwrite`` is false.
     """
+    if folder.exists() and not folder.is_dir():
+        raise InvalidArgumentError(
+            f"The demo writes into a folder, but --output '{folder}' is a file. "
+            "Choose another --output."
+        )
     existing = [folder / name for name in _OUTPUT_NAMES if (folder / name).exists()]
     if existing and not (overwrite or (folder / _MARKER).is_file()):
         raise InvalidArgumentError(
@@ -257,8 +265,8 @@ def prepare_output(folder: Path, overwrite: bool = False) -> None:
         else:
             path.unlink()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / _MARKER).write_text(
-        "Written by pml-eval demo; its files here are replaced on each run.\n"
+    atomic_write_text(
+        folder / _MARKER, "Written by pml-eval demo; its files here are replaced on each run.\n"
     )
 
 
@@ -346,12 +354,13 @@ def _embed_splits(
         )
         embedded[name] = (embeddings, labels[:, 0])
         files[f"{name}_embeddings"] = output / f"{name}_embeddings.npz"
-        np.savez(
-            files[f"{name}_embeddings"],
-            embeddings=embeddings.numpy(),
-            labels=labels[:, 0].numpy(),
-        )
+        _save_npz(files[f"{name}_embeddings"], embeddings=embeddings, labels=labels[:, 0])
     return embedded
+
+
+def _save_npz(path: Path, **tensors: torch.Tensor) -> None:
+    arrays: dict[str, Any] = {name: tensor.numpy() for name, tensor in tensors.items()}
+    atomic_write(path, lambda handle: np.savez(handle, **arrays))
 
 
 def _all_pairs(
@@ -375,7 +384,7 @@ def _choose_threshold(
     first, second, test_scores, test_same = _all_pairs(*embedded["test"])
     for name, scores, same in (("val", val_scores, val_same), ("test", test_scores, test_same)):
         files[f"{name}_pairs"] = output / f"{name}_pairs.npz"
-        np.savez(files[f"{name}_pairs"], scores=scores.numpy(), labels=same.numpy())
+        _save_npz(files[f"{name}_pairs"], scores=scores, labels=same)
     selection = select_threshold(val_scores, val_same, match_f1, is_inverted=True)
     finder = MatchFinder(CosineSimilarity(), threshold=selection.threshold)
     decided = finder.is_match(first, second)
@@ -453,7 +462,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "demo",
-        help="train, validate, test and choose a threshold on the UCI digits",
+        help=COMMANDS["demo"][1],
         description="Run the library's main job end to end on the UCI handwritten digits "
         "(bundled with scikit-learn; no network): train a small embedding network with "
         "validation after each epoch, keep the best model, score the test split, choose a "
@@ -504,12 +513,14 @@ def _can_plot() -> bool:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        print(f"pml-eval: note: matplotlib is not installed, so no plots ({INSTALL_HINT}).")
+        hint = extra_install_hint("demo")
+        print(f"pml-eval: note: matplotlib is not installed, so no plots ({hint}).")
         return False
     return True
 
 
 def _summary(result: DemoResult) -> str:
+    program = command_name()
     test = [[name, value] for name, value in sorted(result.test.items())]
     threshold, pairs = result.threshold, result.threshold["test"]
     lines = [
@@ -533,12 +544,28 @@ def _summary(result: DemoResult) -> str:
         *_file_lines(result.files),
         "",
         "Score the exported embeddings again from the command line:",
-        f"  pml-eval evaluate {result.files['test_embeddings']} "
+        f"  {program} evaluate {result.files['test_embeddings']} "
         f"--labels {result.files['test_embeddings']}",
-        f"  pml-eval threshold {result.files['val_pairs']} --labels {result.files['val_pairs']} "
+        f"  {program} threshold {result.files['val_pairs']} --labels {result.files['val_pairs']} "
         "--similarity",
     ]
     return "\n".join(lines)
+
+
+def command_name(argv0: str | None = None) -> str:
+    """How to run ``pml-eval`` again as this run was started (``.venv/bin/pml-eval``, ...).
+
+    A console script is named as it was typed, path included, so the advice works without
+    activating the virtual environment; ``python -m`` runs get the interpreter's path.
+
+    Example:
+        >>> command_name(".venv/bin/pml-eval")
+        '.venv/bin/pml-eval'
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).stem == "pml-eval":
+        return shlex.quote(argv0)
+    return f"{shlex.quote(sys.executable)} -m pytorch_metric_learning"
 
 
 def _recall_rows(recall: dict[str, dict[str, float]]) -> list[list[Any]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -16,6 +18,7 @@ from ..evaluation.accuracy_calculator import (
     ON_REQUEST_METRICS,
     AccuracyCalculator,
 )
+from ._commands import COMMANDS
 from ._errors import UsageError
 from ._intervals import (
     add_bootstrap_arguments,
@@ -26,12 +29,15 @@ from ._intervals import (
     interval_header,
     pop_intervals,
 )
-from ._output import format_table, write_json
-from ._specs import describe_spec, parse_spec
+from ._output import format_table, write_results
+from ._paths import check_outputs
+from ._specs import describe_spec, spec_option
 from ._versions import environment_versions
 from .loaders import encode_labels, load_embeddings, read_labels
 
 __all__ = ["EvaluationInputs", "load_inputs", "build_calculator", "add_parser", "run"]
+
+logger = logging.getLogger(__name__)
 
 KNOWN_METRICS = tuple(sorted(DEFAULT_METRICS + ON_REQUEST_METRICS))
 
@@ -51,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "evaluate",
-        help="retrieval and clustering metrics of embedding files",
+        help=COMMANDS["evaluate"][1],
         description="Compute precision@1, R-precision, MAP@R, NMI, AMI, ... of embeddings. "
         "Without --reference, each query is searched among the other queries.",
     )
@@ -81,13 +87,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="neighbours to retrieve: an int, max_bin_count, or all (default: what the "
         "metrics need)",
     )
-    parser.add_argument("--device", help="torch device to compute on (default: cpu)")
     parser.add_argument(
-        "--knn", metavar="SPEC", help='k-NN backend: a name or JSON, e.g. \'{"name": "custom"}\''
+        "--device", type=check_device, help="torch device to compute on (default: cpu)"
     )
-    parser.add_argument("--kmeans", metavar="SPEC", help="k-means backend: a name or JSON")
-    parser.add_argument("--per-class", action="store_true", help="report k-NN metrics per class")
     parser.add_argument(
+        "--knn",
+        type=spec_option("--knn"),
+        metavar="SPEC",
+        help='k-NN backend: a name or JSON, e.g. \'{"name": "custom"}\'',
+    )
+    parser.add_argument(
+        "--kmeans",
+        type=spec_option("--kmeans"),
+        metavar="SPEC",
+        help="k-means backend: a name or JSON",
+    )
+    averaging = parser.add_mutually_exclusive_group()
+    averaging.add_argument("--per-class", action="store_true", help="report k-NN metrics per class")
+    averaging.add_argument(
         "--avg-of-avgs", action="store_true", help="average per class, then over classes"
     )
     parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
@@ -153,53 +170,68 @@ def build_calculator(args: argparse.Namespace) -> AccuracyCalculator:
         avg_of_avgs=args.avg_of_avgs,
         return_per_class=args.per_class,
         k=args.k,
-        device=check_device(args.device),
+        device=args.device,
         knn_func=_backend(args.knn, "--knn", load_knn_func),
         kmeans_func=_backend(args.kmeans, "--kmeans", load_kmeans_func),
     )
 
 
-def _backend(text: str | None, option: str, load: Callable[[Any], Any]) -> Any:
+def _backend(spec: Any, option: str, load: Callable[[Any], Any]) -> Any:
     """Build the backend a spec names; a factory that rejects the options is a user error."""
-    if text is None:
+    if spec is None:
         return None
     try:
-        return load(parse_spec(text, option))
+        return load(spec)
     except TypeError as error:
-        raise InvalidArgumentError(f"{option} {text}: {error}") from error
+        raise InvalidArgumentError(f"{option} {spec}: {error}") from error
 
 
-def check_device(text: str | None) -> torch.device | None:
-    """A torch device that exists on this machine, or a one-line error.
+def check_device(text: str) -> torch.device:
+    """A torch device this machine can compute on (an argparse ``type``: else exit 2).
 
     Example:
         >>> check_device("cpu")
         device(type='cpu')
     """
-    if text is None:
-        return None
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError):
-        raise InvalidArgumentError(
-            f"The --device option must be a torch device such as cpu or cuda:0. Got {text!r}."
+        raise argparse.ArgumentTypeError(
+            f"must be a torch device such as cpu or cuda:0. Got {text!r} instead"
         ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidArgumentError(f"--device {text}: CUDA is not available on this machine.")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise InvalidArgumentError(
-            f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)."
-        )
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise InvalidArgumentError(f"--device {text}: MPS is not available on this machine.")
+    problem = _device_problem(device)
+    if problem:
+        raise argparse.ArgumentTypeError(f"cannot compute on {text!r}: {problem}")
     return device
+
+
+def _device_problem(device: torch.device) -> str:
+    """Why ``device`` cannot hold the embeddings here, or ``""``."""
+    if device.type == "meta":
+        return "meta tensors have shapes but no values; use cpu or cuda"
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return "CUDA is not available on this machine"
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        return f"this machine has {torch.cuda.device_count()} CUDA device(s)"
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        return "MPS is not available on this machine"
+    if device.type in ("cpu", "cuda", "mps"):
+        return ""
+    try:
+        torch.zeros(1, device=device)
+    except Exception as error:  # any backend's own failure means "not usable here"
+        return " ".join(str(error).split()) or type(error).__name__
+    return ""
 
 
 def run(args: argparse.Namespace) -> int:
     """Compute the metrics, print them as a table and/or write them as JSON; return 0."""
+    check_outputs({"--output": args.output}, _input_files(args))
     check_ci_options(args)
     inputs = load_inputs(args)
     calculator = build_calculator(args)
+    _log_setup(inputs, calculator)
+    started = time.perf_counter()
     metrics = calculator.get_accuracy(
         inputs.query,
         inputs.query_labels,
@@ -208,13 +240,39 @@ def run(args: argparse.Namespace) -> int:
         ref_includes_query=args.ref_includes_query,
         return_per_query=args.ci is not None,
     )
+    logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
     intervals = pop_intervals(metrics, args)
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci))
     if args.output:
-        write_json(args.output, _record(metrics, inputs, calculator, args, intervals))
+        write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
     return 0
+
+
+def _log_setup(inputs: EvaluationInputs, calculator: AccuracyCalculator) -> None:
+    """What ``-v`` adds: what was read and which backends will run."""
+    reference = inputs.query if inputs.reference is None else inputs.reference
+    logger.info(
+        "Read %d queries and %d references of %d dims (%s)",
+        len(inputs.query),
+        len(reference),
+        inputs.query.shape[1],
+        inputs.query.dtype,
+    )
+    logger.info(
+        "k-NN backend: %r; k-means backend: %r", calculator.knn_func, calculator.kmeans_func
+    )
+    logger.info("k: %s; device: %s", calculator.k, calculator.device or inputs.query.device)
+
+
+def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
+    return {
+        "QUERY": args.query,
+        "--labels": args.labels,
+        "--reference": args.reference,
+        "--reference-labels": args.reference_labels,
+    }
 
 
 def _describe_search(inputs: EvaluationInputs, args: argparse.Namespace) -> str:
@@ -300,18 +358,14 @@ def _record(
         "bootstrap": bootstrap_settings(args) if args.ci is not None else None,
         "device": str(calculator.device or inputs.query.device),
         "knn": {
-            **describe_spec(_spec(args.knn, "--knn"), "knn", "custom"),
+            **describe_spec(args.knn, "knn", "custom"),
             "repr": repr(calculator.knn_func),
         },
         "kmeans": {
-            **describe_spec(_spec(args.kmeans, "--kmeans"), "kmeans", "torch"),
+            **describe_spec(args.kmeans, "kmeans", "torch"),
             "repr": repr(calculator.kmeans_func),
         },
     }
     record["versions"] = environment_versions()
     record["command"] = ["pml-eval", *getattr(args, "argv", [])]
     return record
-
-
-def _spec(text: str | None, option: str) -> Any:
-    return None if text is None else parse_spec(text, option)

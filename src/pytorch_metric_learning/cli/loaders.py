@@ -5,7 +5,8 @@ without a key, the one array of the file is used, or else the array named after 
 (``embeddings``, ``labels`` or ``scores``), so ``pml-eval evaluate data.npz --labels
 data.npz`` reads both from one file.
 
-CSV files hold one row per sample, comma-separated. Lines starting with ``#`` are
+CSV files hold one row per sample, comma-separated, read as pandas would: UTF-8 with or
+without a byte order mark, fields optionally in double quotes. Lines starting with ``#`` are
 comments. A first line of names over lines of numbers is a header and is skipped; a file of
 text labels has no header (write it as a ``#`` comment).
 """
@@ -269,9 +270,13 @@ def _pick(arrays: dict[str, Any], path: Path, key: str | None, role: str) -> Any
 
 
 def _read_csv(path: Path, key: str | None, role: str) -> np.ndarray:
-    with path.open(newline="", encoding="utf-8") as handle:
+    # utf-8-sig: spreadsheet tools start the file with a byte order mark, which must not
+    # turn the first row into text (and so into a "header").
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         lines = [line for line in handle if not line.lstrip().startswith("#")]
     rows = [row for row in csv.reader(lines) if row and any(cell.strip() for cell in row)]
+    if not rows:
+        raise InputFileError(f"The {role} file '{path}' is empty: it has no rows of values.")
     if len(rows) > 1 and not _all_numbers(rows[0]) and _all_numbers(rows[1]):
         rows = rows[1:]  # a header line
     widths = {len(row) for row in rows}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from typing import Any
 
 import torch
@@ -17,11 +17,15 @@ from ..evaluation import (
     select_threshold,
 )
 from ..evaluation.thresholds import Metric
-from ._output import format_table, write_json
+from ._commands import COMMANDS
+from ._output import format_table, say_written, write_results
+from ._paths import check_outputs
 from ._versions import environment_versions
 from .loaders import load_match_labels, load_scores
 
 __all__ = ["parse_metric", "add_parser", "run"]
+
+logger = logging.getLogger(__name__)
 
 _METRICS: dict[str, Metric] = {
     "f1": match_f1,
@@ -66,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``threshold`` subcommand to ``pml-eval``'s subparsers."""
     parser = subparsers.add_parser(
         "threshold",
-        help="choose a verification threshold from scored pairs",
+        help=COMMANDS["threshold"][1],
         description="Choose the match threshold that maximizes a metric on labelled pairs. "
         "SCORES holds one distance per pair (smaller = more alike), or one similarity with "
         "--similarity; --labels says which pairs should match.",
@@ -97,9 +101,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Choose the threshold, print and/or write it, draw the plot if asked; return 0."""
+    check_outputs(
+        {"--output": args.output, "--plot": args.plot},
+        {"SCORES": args.scores, "--labels": args.labels},
+    )
     scores = load_scores(args.scores)
     labels = load_match_labels(args.labels, num_rows=len(scores))
     name, metric = args.metric
+    logger.info(
+        "Read %d scores (%d should match); metric: %s", len(scores), int(labels.sum()), name
+    )
     selection = select_threshold(scores, labels, metric, is_inverted=args.similarity)
     record = {
         "threshold": selection.threshold,
@@ -118,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         print(_render(record))
     if args.output:
-        write_json(args.output, record)
+        write_results(args.output, record)
     if args.plot:
         _plot(args, scores, labels, metric, name, selection.threshold)
     return 0
@@ -183,4 +194,4 @@ def _plot(
         threshold=threshold,
         title=str(args.scores),
     )
-    print(f"\nPlot written to {path}", file=sys.stderr if args.output == "-" else sys.stdout)
+    say_written("Plot", path, to_stderr=args.output == "-")

@@ -110,8 +110,8 @@ def r_precision(
     gt_labels: torch.Tensor,
     ref_includes_query: bool,
     label_counts: tuple[Any, Any],
-    avg_of_avgs: bool,
-    return_per_class: bool,
+    avg_of_avgs: bool = False,
+    return_per_class: bool = False,
     label_comparison_fn: LabelComparison = EQUALITY,
 ) -> Any:
     """R-precision of each query, averaged as 2.x did.
@@ -135,8 +135,8 @@ def mean_average_precision(
     gt_labels: torch.Tensor,
     ref_includes_query: bool,
     label_counts: tuple[Any, Any],
-    avg_of_avgs: bool,
-    return_per_class: bool,
+    avg_of_avgs: bool = False,
+    return_per_class: bool = False,
     label_comparison_fn: LabelComparison = EQUALITY,
     at_r: bool = False,
 ) -> Any:
@@ -164,8 +164,8 @@ def mean_average_precision(
 def mean_reciprocal_rank(
     knn_labels: torch.Tensor,
     gt_labels: torch.Tensor,
-    avg_of_avgs: bool,
-    return_per_class: bool,
+    avg_of_avgs: bool = False,
+    return_per_class: bool = False,
     label_comparison_fn: LabelComparison = EQUALITY,
 ) -> Any:
     """``1 / rank`` of each query's first matching neighbour (0 without one), averaged.
@@ -184,13 +184,15 @@ def precision_at_k(
     knn_labels: torch.Tensor,
     gt_labels: torch.Tensor,
     k: int,
-    avg_of_avgs: bool,
-    return_per_class: bool,
+    avg_of_avgs: bool = False,
+    return_per_class: bool = False,
     label_comparison_fn: LabelComparison = EQUALITY,
 ) -> Any:
     """Fraction of the first ``k`` neighbours whose label matches, averaged as in 2.x.
 
-    ``gt_labels`` is ``query_labels[:, None]``, as 2.x code passes it.
+    ``gt_labels`` is ``query_labels[:, None]``, as 2.x code passes it. The averaging
+    options default to a plain average, so the call in 2.x's documentation,
+    ``precision_at_k(knn_labels, query_labels[:, None], 2)``, works as written.
 
     Example:
         >>> knn_labels = torch.tensor([[0, 1], [1, 1]])

@@ -26,8 +26,8 @@ class _PluginClassMeta(type):
 class FaissKNN(metaclass=_PluginClassMeta):
     """k-NN search with faiss, from the ``pytorch-metric-learning-faiss`` plugin.
 
-    Constructing it without the plugin raises ``ModuleNotFoundError`` naming
-    ``pytorch-metric-learning[faiss]``; see the plugin for the arguments.
+    Constructing it without the plugin raises ``ModuleNotFoundError`` with the pip
+    command that installs it here; see the plugin for the arguments.
     """
 
     _backend = "faiss"
@@ -40,8 +40,8 @@ class FaissKNN(metaclass=_PluginClassMeta):
 class FaissKMeans(metaclass=_PluginClassMeta):
     """k-means with faiss, from the ``pytorch-metric-learning-faiss`` plugin.
 
-    Constructing it without the plugin raises ``ModuleNotFoundError`` naming
-    ``pytorch-metric-learning[faiss]``; keyword arguments go to ``faiss.Kmeans``.
+    Constructing it without the plugin raises ``ModuleNotFoundError`` with the pip
+    command that installs it here; keyword arguments go to ``faiss.Kmeans``.
     """
 
     _backend = "faiss"

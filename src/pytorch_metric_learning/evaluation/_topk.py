@@ -37,10 +37,11 @@ def _grouped_topk(values: torch.Tensor, k: int, largest: bool) -> tuple[torch.Te
     main = values[:, : groups * _GROUP].reshape(rows, groups, _GROUP)
     extremes = main.amax(dim=2) if largest else main.amin(dim=2)
     chosen = torch.topk(extremes, k, dim=1, largest=largest, sorted=False).indices
-    expanded = chosen.unsqueeze(2).expand(rows, k, _GROUP)
-    candidates = torch.gather(main, 1, expanded).reshape(rows, k * _GROUP)
     offsets = torch.arange(_GROUP, device=values.device)
-    candidate_index = (expanded * _GROUP + offsets).reshape(rows, k * _GROUP)
+    candidate_index = (chosen.unsqueeze(2) * _GROUP + offsets).reshape(rows, k * _GROUP)
+    row_starts = torch.arange(rows, device=values.device).unsqueeze(1) * width
+    flat = values.contiguous().view(-1)  # one flat gather: faster than gather on 3-d views
+    candidates = flat.index_select(0, (candidate_index + row_starts).view(-1)).view(rows, -1)
     if groups * _GROUP < width:
         tail = torch.arange(groups * _GROUP, width, device=values.device).expand(rows, -1)
         candidates = torch.cat([candidates, values[:, groups * _GROUP :]], dim=1)

@@ -108,7 +108,7 @@ class AccuracyCalculator:
         device: Where to compute; ``None`` keeps the inputs' device.
         knn_func: A k-NN backend spec (callable, backend name, or mapping with a
             ``"name"``). Default: ``CustomKNN(LpDistance(normalize_embeddings=False,
-            power=2), batch_size=256)``, exact squared Euclidean search.
+            power=2))``, exact squared Euclidean search in tiles sized by a memory budget.
         kmeans_func: A k-means backend spec. Default: :class:`TorchKMeans`.
 
     Example:
@@ -748,7 +748,7 @@ def _overrides(cls: type, attribute: str) -> bool:
 
 
 def _default_knn() -> CustomKNN:
-    return CustomKNN(LpDistance(normalize_embeddings=False, power=2), batch_size=256)
+    return CustomKNN(LpDistance(normalize_embeddings=False, power=2))
 
 
 def _check_k(k: Any) -> int | str | None:

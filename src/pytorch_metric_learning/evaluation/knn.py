@@ -13,24 +13,47 @@ from .._validation import (
     check_same_device,
     invalid,
 )
-from ..distances import BaseDistance, LpDistance
+from ..distances import BaseDistance, DotProductSimilarity, LpDistance
 from ..distances.lp_distance import power_of_squared as _power_of_squared
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ._rescale import rescale
+from ._tiled_search import (
+    NegatedInnerProduct,
+    Scorer,
+    SquaredEuclidean,
+    search_symmetric,
+    square_tile,
+)
 from ._topk import topk
 
 __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
 
 logger = logging.getLogger(__name__)
 
+# Bytes of one tile of distances when the user sets no batch_size.
+TILE_BYTES = 64 * 2**20
+# Self-search with k up to this many runs on symmetric tiles with a running top-k; above it,
+# per-row selection costs more than the halved matrix products save (see docs/benchmarks.md).
+SYMMETRIC_MAX_K = 32
+
 
 class CustomKNN:
     """Exact k-NN search with any distance of :mod:`pytorch_metric_learning.distances`.
 
+    Squared Euclidean, Euclidean, cosine and dot-product search run one matrix product per
+    tile and keep a running top-k per row (see ``_running_topk``); searching a set against
+    itself (``reference=None`` or ``reference is query``) computes each tile of the
+    symmetric distance matrix once for both its rows and its columns. Other distances run
+    through ``distance`` block by block. Embeddings too large or too small for float32
+    distances (say 1e20 or 1e-25) are searched after an exact power-of-two rescaling.
+
     Args:
         distance: Similarities (``is_inverted=True``) select the largest values, distances
             the smallest. Normalization follows ``distance.normalize_embeddings``.
-        batch_size: If set, query rows are searched in blocks of this many, so peak memory
-            is one ``(batch_size, len(reference))`` block plus the outputs.
+        batch_size: If set, distances are computed in ``(batch_size, len(reference))``
+            blocks, so peak memory is one such block plus the outputs and the running
+            top-k (about twice the outputs). If None, tiles are sized to a memory budget
+            of about 64 MiB each, whatever the sizes of the query and reference.
 
     Example:
         >>> import torch
@@ -64,6 +87,7 @@ class CustomKNN:
 
         ``reference=None`` searches ``query`` itself.
         """
+        same = reference is None or reference is query
         query, reference = check_search_inputs(query, reference, "CustomKNN")
         search_k = check_search_k(k, len(reference), ref_includes_query, "CustomKNN")
         logger.debug(
@@ -73,61 +97,84 @@ class CustomKNN:
             k,
             self.distance,
         )
-        prepared_query, prepared_ref, out_dtype = self.distance.prepare(query, reference)
-        if _uses_fast_euclidean(self.distance):
-            distances, indices = self._search_euclidean(prepared_query, prepared_ref, search_k)
-        else:
-            distances, indices = self._search_generic(prepared_query, prepared_ref, search_k)
-        distances = distances.to(out_dtype)
+        out_dtype = self.distance.output_dtype(torch.promote_types(query.dtype, reference.dtype))
+        scaled = rescale(self.distance, query, query if same else reference)
+        distances, indices = self._search(scaled.query, scaled.reference, search_k, same)
+        distances = scaled.restore(distances, out_dtype)
         if ref_includes_query:
             return remove_self_matches(distances, indices)
         return distances, indices
 
-    def _blocks(self, num_rows: int) -> range:
-        step = self.batch_size or max(num_rows, 1)
-        return range(0, num_rows, step)
+    def _search(
+        self, query: torch.Tensor, reference: torch.Tensor, k: int, same: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if same:
+            query = reference = self.distance.prepare(query, None)[0]
+        else:
+            query, reference, _ = self.distance.prepare(query, reference)
+        scorer = _fast_scorer(self.distance, query, reference, same and k <= SYMMETRIC_MAX_K)
+        if scorer is None:
+            return self._search_generic(query, reference, k)
+        if same and k <= SYMMETRIC_MAX_K:
+            tile = self._tile(len(reference), query.element_size())
+            values, indices = search_symmetric(scorer, len(query), k, tile, query)
+        else:
+            values, indices = self._search_rows(scorer, len(query), len(reference), k, query)
+        if isinstance(scorer, SquaredEuclidean):
+            return _power_of_squared(values, self.distance.power), indices
+        return values, indices
+
+    def _search_rows(
+        self, scorer: Scorer, num_query: int, num_ref: int, k: int, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whole rows of scores per block, each reduced by the grouped top-k."""
+        values = torch.empty((num_query, k), dtype=like.dtype, device=like.device)
+        indices = torch.empty((num_query, k), dtype=torch.long, device=like.device)
+        rows = self._rows(num_ref, like.element_size())
+        buffer = torch.empty(min(rows, num_query) * num_ref, dtype=like.dtype, device=like.device)
+        every = slice(0, num_ref)
+        for start in range(0, num_query, rows):
+            block = slice(start, min(start + rows, num_query))
+            out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
+            values[block], indices[block] = topk(scorer.tile(block, every, out), k, largest=False)
+        return scorer.finish(values), indices
+
+    def _rows(self, num_reference: int, element_size: int) -> int:
+        """Query rows per block: ``batch_size``, or as many as the memory budget allows."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return max(1, TILE_BYTES // (max(num_reference, 1) * element_size))
+
+    def _tile(self, num_reference: int, element_size: int) -> tuple[int, int]:
+        if self.batch_size is not None:
+            return self.batch_size, max(num_reference, 1)
+        side = square_tile(TILE_BYTES, element_size)
+        return side, side
 
     def _search_generic(
         self, query: torch.Tensor, ref: torch.Tensor, k: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         distances, indices = _empty_outputs(query, ref, k)
-        for start in self._blocks(len(query)):
-            block = query[start : start + (self.batch_size or len(query))]
+        rows = self._rows(len(ref), query.element_size())
+        for start in range(0, len(query), rows):
+            block = query[start : start + rows]
             values = self.distance.powered_mat(block, ref)
             top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
             distances[start : start + len(block)] = top_values
             indices[start : start + len(block)] = top_indices
         return distances, indices
 
-    def _search_euclidean(
-        self, query: torch.Tensor, ref: torch.Tensor, k: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rank by ``|r|^2 - 2 q.r`` (one GEMM per block); add ``|q|^2`` to the k kept."""
-        distances, indices = _empty_outputs(query, ref, k)
-        ref_sq = (ref * ref).sum(dim=1)
-        query_sq = (query * query).sum(dim=1, keepdim=True)
-        rows = self.batch_size or len(query)
-        buffer = torch.empty(
-            (min(rows, len(query)), len(ref)), dtype=query.dtype, device=query.device
-        )
-        for start in self._blocks(len(query)):
-            block = query[start : start + rows]
-            scores = torch.addmm(ref_sq, block, ref.T, alpha=-2, out=buffer[: len(block)])
-            top_values, top_indices = topk(scores, k, largest=False)
-            squared = top_values.add_(query_sq[start : start + rows]).clamp_min_(0)
-            distances[start : start + len(block)] = _power_of_squared(squared, self.distance.power)
-            indices[start : start + len(block)] = top_indices
-        return distances, indices
-
 
 def default_custom_knn(
-    distance: BaseDistance | None = None, batch_size: int | None = 256
+    distance: BaseDistance | None = None, batch_size: int | None = None
 ) -> CustomKNN:
     """The ``custom`` backend: exact squared Euclidean search unless ``distance`` is given.
 
+    Without ``batch_size``, tiles are sized by a memory budget (see :class:`CustomKNN`).
+
     Example:
         >>> default_custom_knn()
-        CustomKNN(LpDistance(normalize_embeddings=False, p=2, power=2, is_inverted=False), batch_size=256)
+        CustomKNN(LpDistance(normalize_embeddings=False, p=2, power=2, is_inverted=False), batch_size=None)
     """
     if distance is None:
         distance = LpDistance(normalize_embeddings=False, power=2)
@@ -184,13 +231,24 @@ def remove_self_matches(
     return distances[keep].view(num_rows, width - 1), indices[keep].view(num_rows, width - 1)
 
 
-def _uses_fast_euclidean(distance: BaseDistance) -> bool:
-    return (
+def _fast_scorer(
+    distance: BaseDistance, query: torch.Tensor, ref: torch.Tensor, same: bool
+) -> SquaredEuclidean | NegatedInnerProduct | None:
+    """A one-GEMM-per-tile scorer for the distances that have one, else None."""
+    if (
         isinstance(distance, LpDistance)
         and type(distance).compute_mat is LpDistance.compute_mat
         and distance.p == 2
         and distance.power > 0
-    )
+    ):
+        return SquaredEuclidean(query, ref, symmetric=same)
+    if (
+        isinstance(distance, DotProductSimilarity)
+        and type(distance).compute_mat is DotProductSimilarity.compute_mat
+        and distance.power == 1
+    ):
+        return NegatedInnerProduct(query, ref)
+    return None
 
 
 def _empty_outputs(

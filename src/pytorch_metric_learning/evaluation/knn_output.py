@@ -22,26 +22,35 @@ _CONTRACT = "see the KNNFunc contract in pytorch_metric_learning.evaluation.prot
 
 
 def _describe_backend(backend: Any) -> str:
-    """How error messages name a backend: registry name, class and distribution, or its class.
+    """How error messages name a backend: its registry name and class, or its class alone.
 
     Example:
         >>> from pytorch_metric_learning.evaluation import load_knn_func
-        >>> _describe_backend(load_knn_func("custom"))
-        "k-NN backend 'custom' (CustomKNN) of pytorch-metric-learning"
-        >>> _describe_backend("toy")
-        "k-NN backend 'toy'"
+        >>> _describe_backend(load_knn_func("custom")), _describe_backend("toy")
+        ("k-NN backend 'custom' (CustomKNN)", "k-NN backend 'toy'")
     """
     if isinstance(backend, str):
         return f"k-NN backend {backend!r}"
     kind = getattr(backend, "__qualname__", None) or type(backend).__qualname__
     name = backend_name(backend)
-    if not name:
-        return f"k-NN backend {kind}"
+    return f"k-NN backend {name!r} ({kind})" if name else f"k-NN backend {kind}"
+
+
+def _provenance(backend: Any) -> str:
+    """Where a backend built by name comes from, as a sentence to end a message with.
+
+    Example:
+        >>> from pytorch_metric_learning.evaluation import load_knn_func
+        >>> _provenance(load_knn_func("custom")), _provenance("toy")
+        (" Backend 'custom' comes from the distribution pytorch-metric-learning.", '')
+    """
     origin = knn_backend_origin(backend)
-    where = (
-        "" if not origin else f", {origin}" if origin.startswith("registered") else f" of {origin}"
-    )
-    return f"k-NN backend {name!r} ({kind}){where}"
+    if not origin:
+        return ""
+    name = backend_name(backend)
+    if origin.startswith("registered"):
+        return f" Backend {name!r} is {origin}."
+    return f" Backend {name!r} comes from the distribution {origin}."
 
 
 def check_knn_output(
@@ -98,6 +107,24 @@ def check_knn_output(
     name = "k-NN backend" if backend is None else _describe_backend(backend)
     if caller:
         name = f"knn_func of {caller} ({name})"
+    try:
+        return _check_all(output, query, k, reference, ref_includes_query, backend, name)
+    except BackendOutputError as error:
+        where = _provenance(backend)
+        if not where:
+            raise
+        raise type(error)(f"{error}{where}") from None
+
+
+def _check_all(
+    output: Any,
+    query: torch.Tensor,
+    k: int,
+    reference: torch.Tensor | None,
+    ref_includes_query: bool,
+    backend: Any,
+    name: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     distances, indices = _two_tensors(output, name)
     num_reference = len(query) if reference is None else len(reference)
     _check_shape(distances, indices, (len(query), k), ref_includes_query, name)
@@ -117,8 +144,8 @@ def check_knn_backend(knn_func: Any, *, backend: Any = None) -> None:
 
     Three searches of 12 random float32 points in 3-D on the CPU: against a separate
     reference, a self-search with ``k = n - 1`` (the most a self-search may ask for), and
-    the first search again, which must give the same distances and indices (determinism). Meant for a
-    plugin's tests and for listing which installed backends work.
+    the first search again, which must give the same distances and indices (determinism).
+    Meant for a plugin's tests and for listing which installed backends work.
 
     Args:
         knn_func: The backend to try.
@@ -151,8 +178,8 @@ def check_knn_backend(knn_func: Any, *, backend: Any = None) -> None:
     if not (torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])):
         raise BackendOutputError(
             f"The {_describe_backend(backend)} returned different distances or neighbours for "
-            "the same search twice; the k-NN contract asks for deterministic results (seed what the "
-            "backend randomizes)."
+            "the same search twice; the k-NN contract asks for deterministic results (seed "
+            f"what the backend randomizes).{_provenance(backend)}"
         )
 
 

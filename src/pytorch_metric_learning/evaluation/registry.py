@@ -34,6 +34,7 @@ from ..errors import (
     UnknownBackendError,
 )
 from ._backend_checks import Origin, bind_options, build_backend, check_call_shape, load_target
+from ._install_hint import plugin_install_hint
 from .protocols import KMeansFunc, KNNFunc
 
 if sys.version_info >= (3, 10):
@@ -61,9 +62,9 @@ KNN_GROUP = "pytorch_metric_learning.knn_backends"
 KMEANS_GROUP = "pytorch_metric_learning.kmeans_backends"
 CORE_DISTRIBUTION = "pytorch-metric-learning"
 
-# Plugins this project knows of, with the command that installs each.
+# Plugins this project knows of (the command that installs each: plugin_install_hint).
 KNOWN_PLUGINS: dict[str, str] = {
-    "faiss": 'pip install "pytorch-metric-learning[faiss]"',
+    "faiss": "pytorch-metric-learning-faiss",
 }
 
 _DISTANCES: dict[str, Callable[[], BaseDistance]] = {
@@ -258,7 +259,7 @@ class _Registry:
         if name in KNOWN_PLUGINS:
             return BackendNotInstalledError(
                 f"The {self.kind} backend {name!r} is not installed. Install it with: "
-                f"{KNOWN_PLUGINS[name]}  (installed backends: {installed})",
+                f"{plugin_install_hint(name)}  (installed backends: {installed})",
                 name=name,
             )
         close = difflib.get_close_matches(name, installed, n=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -208,18 +208,20 @@ class BaseTester:
         trunk_model: Model,
         embedder_model: Model | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        eval: bool = True,
+        return_as_numpy: bool = False,
+    ) -> tuple[Any, Any]:
         """Embed one dataset, e.g. to export embeddings for t-SNE or UMAP.
 
-        The models are put in ``eval()`` mode (their previous modes are restored) and run
-        without gradients. The embeddings are processed as for an evaluation of the
+        The models are put in ``eval()`` mode (their previous modes are restored; with
+        ``eval=False`` their modes are left as they are) and run without gradients. The embeddings are processed as for an evaluation of the
         dataset against itself: with ``pca``, projected by a PCA fitted on them, then
         normalized when ``normalize_embeddings`` is set. With ``distributed``, every rank
         embeds its share and gets the embeddings of the whole dataset.
 
         Returns:
             ``(embeddings, labels)`` on ``embeddings_device``; labels are 2-D,
-            ``(len(dataset), num_label_levels)``.
+            ``(len(dataset), num_label_levels)``. NumPy arrays with ``return_as_numpy``.
 
         Example:
             >>> import torch
@@ -233,7 +235,7 @@ class BaseTester:
             (torch.Size([6, 2]), torch.Size([6, 1]))
         """
         embedder = _identity if embedder_model is None else embedder_model
-        with _eval_mode(trunk_model, embedder):
+        with _eval_mode(trunk_model, embedder) if eval else nullcontext():
             embeddings, labels = self._embed(dataset, "dataset", trunk_model, embedder, collate_fn)
         if self.pca is not None:
             projection = self._fit_pca(self._pca_rows(embeddings, labels), self.pca)
@@ -241,6 +243,8 @@ class BaseTester:
         group = self._process_group()
         if group is not None:
             embeddings, labels = group.gather(embeddings, labels, "gathering the embeddings")
+        if return_as_numpy:
+            return embeddings.cpu().numpy(), labels.cpu().numpy()
         return embeddings, labels
 
     def set_reference_and_query(

@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from .base_trainer import BaseTrainer
 from .metric_loss_only import MetricLossOnly
+from .train_with_classifier import TrainWithClassifier
 
-__all__ = ["BaseTrainer", "MetricLossOnly"]
+__all__ = ["BaseTrainer", "MetricLossOnly", "TrainWithClassifier"]

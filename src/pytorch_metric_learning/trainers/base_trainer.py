@@ -14,6 +14,7 @@ from .._validation import check_positive_int, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..testers.label_mapper import LabelMapper
 from . import _freezing
+from ._positional import NOT_GIVEN, miners_and_dataset
 
 __all__ = ["BaseTrainer"]
 
@@ -73,9 +74,11 @@ class BaseTrainer:
             optimizer steps after each backward pass.
         batch_size: samples per batch (incomplete last batches are dropped).
         loss_funcs: the losses by name (which names: see the subclass).
-        mining_funcs: the miners by name (which names: see the subclass); None for none.
+        mining_funcs: the miners by name (which names: see the subclass); None (the
+            default) for none.
         dataset: a map-style dataset whose items are ``(data, labels)`` (or see
-            ``data_and_label_getter``).
+            ``data_and_label_getter``). Positionally, ``mining_funcs, dataset`` and 2.x's
+            ``dataset, mining_funcs`` both work after ``loss_funcs``; the rest is by keyword.
         sampler: a ``torch.utils.data.Sampler``; None shuffles.
         collate_fn: passed to the ``DataLoader``.
         dataloader_num_workers: ``DataLoader`` worker processes.
@@ -111,8 +114,9 @@ class BaseTrainer:
         optimizers: Mapping[str, Any],
         batch_size: int,
         loss_funcs: Mapping[str, Callable[..., Any]],
-        mining_funcs: Mapping[str, Callable[..., Any]] | None,
-        dataset: Dataset[Any],
+        *miners_or_dataset: Any,
+        mining_funcs: Mapping[str, Callable[..., Any]] | None = NOT_GIVEN,
+        dataset: Dataset[Any] = NOT_GIVEN,
         sampler: Sampler[Any] | None = None,
         collate_fn: Callable[..., Any] | None = None,
         dataloader_num_workers: int = 2,
@@ -132,6 +136,7 @@ class BaseTrainer:
         set_min_label_to_zero: bool = False,
     ) -> None:
         owner = type(self).__name__
+        mining_funcs, dataset = miners_and_dataset(miners_or_dataset, mining_funcs, dataset, owner)
         self.models = self._check_models(models, owner)
         self.optimizers = _check_mapping(optimizers, "optimizers", owner)
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ._atomic import remove_leftovers, write_atomically, write_error
+from .._atomic import remove_leftovers, write_atomically, write_error
 
 __all__ = ["csv_text", "append_rows", "rewrite_file", "remove_csv_leftovers"]
 

@@ -8,8 +8,8 @@ import errno
 import sqlite3
 from pathlib import Path
 
+from .._atomic import write_error
 from ..errors import CorruptFileError
-from ._atomic import write_error
 
 __all__ = ["SCHEMA", "SET_ASIDE", "UPSERT", "open_database", "is_file_failure", "sqlite_error"]
 

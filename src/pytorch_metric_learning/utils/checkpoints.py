@@ -23,9 +23,9 @@ from typing import Any, Union
 
 import torch
 
+from .._atomic import fsync_folder, remove_leftovers, write_atomically
 from .._validation import invalid
 from ..errors import CorruptFileError, InvalidTypeError
-from ._atomic import fsync_folder, remove_leftovers, write_atomically
 
 __all__ = [
     "checkpoint_path",

@@ -8,6 +8,7 @@ import faiss
 import torch
 
 from pytorch_metric_learning._validation import check_embeddings, check_positive_int
+from pytorch_metric_learning._warnings import warn_external
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
 
 from ._interop import faiss_errors, from_numpy, to_float32_numpy
@@ -17,6 +18,9 @@ __all__ = ["FaissKMeans"]
 _OWNER = "FaissKMeans"
 # Given per call (the data's width and num_clusters), never as options.
 _PER_CALL = ("d", "k")
+# faiss's own default: fewer points per centroid make it print a raw "WARNING clustering"
+# line on the process's output; the check is ours instead, as a Python warning.
+_MIN_POINTS_PER_CENTROID = 39
 
 
 class FaissKMeans:
@@ -53,12 +57,27 @@ class FaissKMeans:
                 f"The 'num_clusters' parameter of {_OWNER} must be at most the number of rows "
                 f"of x ({len(x)}). Got {num_clusters} instead."
             )
+        _warn_if_few_points(len(x), num_clusters, self.kwargs)
         data = to_float32_numpy(x)
+        options = {**self.kwargs, "min_points_per_centroid": 1}  # silence faiss's own print
         with faiss_errors(_OWNER, f"cluster {len(x)} rows into {num_clusters} clusters"):
-            kmeans = faiss.Kmeans(data.shape[1], num_clusters, **self.kwargs)
+            kmeans = faiss.Kmeans(data.shape[1], num_clusters, **options)
             kmeans.train(data)
             _, labels = kmeans.index.search(data, 1)
         return from_numpy(labels[:, 0], torch.long, x.device)
+
+
+def _warn_if_few_points(rows: int, num_clusters: int, kwargs: dict[str, Any]) -> None:
+    """Warn (through Python's warnings) where faiss would print its raw warning."""
+    minimum = int(kwargs.get("min_points_per_centroid", _MIN_POINTS_PER_CENTROID))
+    if rows < minimum * num_clusters:
+        warn_external(
+            f"{_OWNER}: clustering {rows} points into {num_clusters} clusters leaves fewer "
+            f"than {minimum} points per cluster (faiss asks for at least "
+            f"{minimum * num_clusters}). The centroids are rough and depend on the seed, so "
+            "NMI and AMI from these clusters can vary between runs; the k-NN metrics are "
+            "not affected."
+        )
 
 
 def _check_options(kwargs: dict[str, Any]) -> None:

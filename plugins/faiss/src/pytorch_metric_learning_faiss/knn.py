@@ -378,7 +378,7 @@ class FaissKNN:
                 found = index.search(to_float32_numpy(query), k)
                 distances = from_numpy(found[0], torch.float32, query.device)
                 indices = from_numpy(found[1], torch.long, query.device)
-        _check_all_found(indices, k)
+        _check_all_found(indices, k, exact=_is_flat(index))
         return distances, indices
 
     def _require_index(self, action: str) -> Any:
@@ -412,15 +412,34 @@ def _warn_k_too_large(k: int) -> None:
     )
 
 
-def _check_all_found(indices: torch.Tensor, k: int) -> None:
+def _check_all_found(indices: torch.Tensor, k: int, exact: bool = False) -> None:
     """faiss pads missing neighbours with -1; never hand those out as row numbers."""
     missing = (indices < 0).any(dim=1)
     if bool(missing.any()):
+        found = f"faiss found fewer than {k} neighbours for {int(missing.sum())} of {len(indices)} queries"
+        if exact:  # a flat index compares every row: only non-finite distances go missing
+            raise BackendRuntimeError(
+                f"{found}: their squared distances overflow float32 (embeddings of magnitude "
+                "about 1e19 or more). Scale the embeddings down (a power of two is exact), "
+                "or use CustomKNN, which rescales them itself."
+            )
         raise BackendRuntimeError(
-            f"faiss found fewer than {k} neighbours for {int(missing.sum())} of "
-            f"{len(indices)} queries: an approximate index searched too little of itself. "
+            f"{found}: an approximate index searched too little of itself. "
             "Raise nprobe (IVF) or efSearch (HNSW), or ask for fewer neighbours."
         )
+
+
+def _is_flat(index: Any) -> bool:
+    """Whether ``index`` is an exact flat index (CPU or GPU), which misses no neighbour."""
+    flat = tuple(
+        cls
+        for cls in (getattr(faiss, "IndexFlat", None), getattr(faiss, "GpuIndexFlat", None))
+        if cls
+    )
+    try:
+        return isinstance(faiss.downcast_index(index), flat)
+    except Exception:  # an index type downcast_index does not know is not a flat one
+        return False
 
 
 def _check_dimension(index: Any, dimension: int, name: str) -> None:

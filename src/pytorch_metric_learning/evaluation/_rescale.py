@@ -1,0 +1,96 @@
+"""Exact power-of-two rescaling of embeddings whose magnitude float32 arithmetic cannot hold.
+
+Squared distances of embeddings near 1e20 overflow float32 (1e40 > 3.4e38) and those of
+embeddings near 1e-25 underflow to zero, so a search would rank infinities or zeros.
+Multiplying by a power of two only changes the exponent, so it is exact: the search runs on
+embeddings of magnitude about 1, and the distances are scaled back by the power of two that
+the distance's homogeneity implies (``|s x - s y| = s |x - y|``, ``s x . s y = s^2 x . y``).
+Distances whose homogeneity is unknown (custom subclasses) are searched as given.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+from ..distances import (
+    BaseDistance,
+    CosineSimilarity,
+    DotProductSimilarity,
+    LpDistance,
+    SNRDistance,
+)
+
+__all__ = ["Rescaled", "rescale"]
+
+logger = logging.getLogger(__name__)
+
+# Inputs whose largest magnitude lies within 2**-SAFE_EXPONENT .. 2**SAFE_EXPONENT are
+# searched as given: their squared distances neither overflow nor lose precision to underflow.
+SAFE_EXPONENT = 32
+_HOMOGENEITY = {LpDistance: 1, DotProductSimilarity: 2, CosineSimilarity: 0, SNRDistance: 0}
+
+
+class Rescaled:
+    """Inputs scaled by ``2**-exponent`` and how to scale the distances back."""
+
+    def __init__(self, query: torch.Tensor, reference: torch.Tensor, output_exponent: float):
+        self.query, self.reference, self.output_exponent = query, reference, output_exponent
+
+    def restore(self, distances: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """Scale distances back to the inputs' magnitude and cast them to ``out_dtype``."""
+        if self.output_exponent == 0:
+            return distances.to(out_dtype)
+        restored = (distances.double() * 2.0**self.output_exponent).to(out_dtype)
+        if bool((torch.isinf(restored) & torch.isfinite(distances)).any()):
+            warnings.warn(
+                f"Some k-NN distances exceed the range of {out_dtype} and are returned as inf; "
+                "the neighbours were found exactly on rescaled embeddings.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return restored
+
+
+def rescale(distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor) -> Rescaled:
+    """Scale ``query`` and ``reference`` by one power of two when their magnitude needs it.
+
+    ``reference is query`` stays true of the results, so self-search is still detected.
+
+    Example:
+        >>> from pytorch_metric_learning.distances import LpDistance
+        >>> x = torch.tensor([[3e20, 0.0], [0.0, 4e20]])
+        >>> scaled = rescale(LpDistance(normalize_embeddings=False), x, x)
+        >>> float(scaled.query.abs().max()) < 1, scaled.reference is scaled.query
+        (True, True)
+    """
+    degree = _homogeneity(distance)
+    exponent = _exponent(query, reference)
+    if degree is None or abs(exponent) <= SAFE_EXPONENT:
+        return Rescaled(query, reference, 0)
+    logger.debug("Rescaling k-NN inputs by 2**%d for float range", -exponent)
+    scaled_query = _scaled(query, -exponent)
+    scaled_ref = scaled_query if reference is query else _scaled(reference, -exponent)
+    return Rescaled(scaled_query, scaled_ref, exponent * degree * distance.power)
+
+
+def _homogeneity(distance: BaseDistance) -> int | None:
+    degree = _HOMOGENEITY.get(type(distance))
+    if degree is None:
+        return None
+    return 0 if distance.normalize_embeddings else degree
+
+
+def _exponent(query: torch.Tensor, reference: torch.Tensor) -> int:
+    largest = torch.maximum(query.abs().amax(), reference.abs().amax()) if query.numel() else 0
+    if not largest:
+        return 0
+    return int(torch.frexp(torch.as_tensor(largest, dtype=torch.float64)).exponent)
+
+
+def _scaled(x: torch.Tensor, exponent: int) -> torch.Tensor:
+    """``x * 2**exponent``, exact (float64 holds every factor), at least float32."""
+    dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    return (x.double() * 2.0**exponent).to(dtype)

@@ -1,0 +1,109 @@
+"""Exact search over tiles of the score matrix: one matrix product per tile, running top-k.
+
+A *scorer* turns a tile of (query rows, reference rows) into scores to minimize with one
+GEMM. ``search_symmetric`` searches a set against itself and walks only the tiles on and
+above the diagonal: the score matrix is symmetric, so each tile feeds the top-k of its rows
+and, transposed, that of its columns, halving the arithmetic.
+Tiles are pushed to :class:`RunningTopK` in chunks of ``CHUNK`` columns, so a tall block
+(``batch_size`` rows by the whole reference) still gets the running bound.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from ._running_topk import GROUP, RunningTopK
+
+__all__ = [
+    "CHUNK",
+    "NegatedInnerProduct",
+    "Scorer",
+    "SquaredEuclidean",
+    "search_symmetric",
+    "square_tile",
+]
+
+CHUNK = 2048
+
+
+class Scorer(Protocol):
+    """Scores of one tile, smaller is nearer; ``finish`` maps kept scores to distances."""
+
+    def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor: ...
+
+    def finish(self, scores: torch.Tensor) -> torch.Tensor: ...
+
+
+class SquaredEuclidean:
+    """``|r|^2 - 2 q.r``, plus ``|q|^2`` when the tiles must be symmetric."""
+
+    def __init__(self, query: torch.Tensor, ref: torch.Tensor, symmetric: bool) -> None:
+        self.query, self.ref, self.symmetric = query, ref, symmetric
+        self.query_sq = (query * query).sum(dim=1)
+        self.ref_sq = self.query_sq if ref is query else (ref * ref).sum(dim=1)
+
+    def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
+        scores = torch.addmm(
+            self.ref_sq[cols], self.query[rows], self.ref[cols].T, alpha=-2, out=out
+        )
+        return scores.add_(self.query_sq[rows].unsqueeze(1)) if self.symmetric else scores
+
+    def finish(self, scores: torch.Tensor) -> torch.Tensor:
+        if not self.symmetric:
+            scores = scores + self.query_sq.unsqueeze(1)
+        return scores.clamp_min_(0)
+
+
+class NegatedInnerProduct:
+    """``-q.r``: the largest inner products are the smallest scores."""
+
+    def __init__(self, query: torch.Tensor, ref: torch.Tensor) -> None:
+        self.query, self.ref = query, ref
+
+    def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
+        return torch.mm(self.query[rows], self.ref[cols].T, out=out).neg_()
+
+    def finish(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores.neg()
+
+
+def square_tile(budget_bytes: int, element_size: int) -> int:
+    """The side of the largest square tile (a multiple of ``GROUP``) within the budget."""
+    side = int((budget_bytes // element_size) ** 0.5)
+    return max(GROUP, side - side % GROUP)
+
+
+def search_symmetric(
+    scorer: Scorer, num_rows: int, k: int, tile: tuple[int, int], like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k of every row of a symmetric score matrix from its tiles on and above the diagonal."""
+    tile_rows, tile_cols = tile
+    state = RunningTopK(num_rows, k, like.dtype, like.device)
+    buffer = _buffer(min(tile_rows, num_rows) * min(tile_cols, num_rows), like)
+    for r0 in range(0, num_rows, tile_rows):
+        r1 = min(r0 + tile_rows, num_rows)
+        for c0 in range(r0, num_rows, tile_cols):
+            cols = slice(c0, min(c0 + tile_cols, num_rows))
+            scores = scorer.tile(slice(r0, r1), cols, _view(buffer, slice(r0, r1), cols))
+            _push(state, r0, scores, c0)
+            below = max(r1 - c0, 0)  # columns that are rows of this block: already fed
+            if below < scores.shape[1]:
+                _push(state, c0 + below, scores[:, below:].T, r0)
+    values, indices = state.finish()
+    return scorer.finish(values), indices
+
+
+def _push(state: RunningTopK, first_row: int, scores: torch.Tensor, first_index: int) -> None:
+    for start in range(0, scores.shape[1], CHUNK):
+        state.push(first_row, scores[:, start : start + CHUNK], first_index + start)
+
+
+def _buffer(size: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.empty(size, dtype=like.dtype, device=like.device)
+
+
+def _view(buffer: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+    shape = (rows.stop - rows.start, cols.stop - cols.start)
+    return buffer[: shape[0] * shape[1]].view(shape)

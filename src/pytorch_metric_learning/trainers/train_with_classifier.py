@@ -1,0 +1,73 @@
+"""Train with a classification loss on a classifier's logits, plus an optional metric loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._validation import invalid
+from .metric_loss_only import MetricLossOnly
+
+__all__ = ["TrainWithClassifier"]
+
+
+class TrainWithClassifier(MetricLossOnly):
+    """2.x's ``TrainWithClassifier``: ``models["classifier"]`` turns embeddings into logits.
+
+    Each batch gets ``loss_funcs["classifier_loss"](logits, labels)`` (e.g.
+    ``torch.nn.CrossEntropyLoss()``) and, when ``loss_funcs`` has one,
+    ``loss_funcs["metric_loss"](embeddings, labels, indices_tuple)``. As in 2.x, a loss
+    whose ``loss_weights`` entry is 0 is not computed. Labels for the classifier must run
+    from 0 to ``num_classes - 1`` (see ``set_min_label_to_zero``). The arguments are those
+    of :class:`~pytorch_metric_learning.trainers.BaseTrainer`.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> trunk, classifier = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)
+        >>> parameters = list(trunk.parameters()) + list(classifier.parameters())
+        >>> trainer = TrainWithClassifier(
+        ...     models={"trunk": trunk, "classifier": classifier},
+        ...     optimizers={"optimizer": torch.optim.SGD(parameters, lr=0.1)},
+        ...     batch_size=4,
+        ...     loss_funcs={"classifier_loss": torch.nn.CrossEntropyLoss()},
+        ...     dataset=TensorDataset(torch.randn(8, 4), torch.arange(8) % 2),
+        ...     dataloader_num_workers=0,
+        ... )
+        >>> trainer.train(num_epochs=1)
+        >>> sorted(trainer.losses)
+        ['classifier_loss', 'total_loss']
+    """
+
+    required_loss_funcs = ("classifier_loss",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not callable(self.models.get("classifier")):
+            raise invalid(
+                "models",
+                type(self).__name__,
+                'a dict with a callable "classifier"',
+                list(self.models),
+            )
+
+    def calculate_loss(self, curr_batch: tuple[Any, Any]) -> dict[str, Any]:
+        """The classifier loss (and the metric loss, if given) of one batch."""
+        data, labels = curr_batch
+        embeddings = self.compute_embeddings(data)
+        losses: dict[str, Any] = {}
+        if self._weighted("metric_loss"):
+            indices_tuple = self.maybe_mine_embeddings(embeddings, labels)
+            losses["metric_loss"] = self.loss_funcs["metric_loss"](
+                embeddings, labels, indices_tuple
+            )
+        if self._weighted("classifier_loss"):
+            logits = self.models["classifier"](embeddings)
+            losses["classifier_loss"] = self.loss_funcs["classifier_loss"](
+                logits, torch.as_tensor(labels, device=logits.device)
+            )
+        return losses
+
+    def _weighted(self, name: str) -> bool:
+        return name in self.loss_funcs and self.loss_weights.get(name, 0.0) > 0

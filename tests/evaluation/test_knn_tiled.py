@@ -1,0 +1,318 @@
+"""Tiled exact search (running top-k, symmetric tiles, rescaling) against brute force."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytorch_metric_learning.distances import (
+    BaseDistance,
+    CosineSimilarity,
+    DotProductSimilarity,
+    LpDistance,
+    SNRDistance,
+)
+from pytorch_metric_learning.evaluation import CustomKNN
+from pytorch_metric_learning.evaluation._running_topk import GROUP, RunningTopK
+from pytorch_metric_learning.evaluation._tiled_search import SquaredEuclidean, search_symmetric
+
+knn_module = importlib.import_module("pytorch_metric_learning.evaluation.knn")
+
+FAST = [
+    LpDistance(normalize_embeddings=False, power=2),
+    LpDistance(normalize_embeddings=False),
+    LpDistance(),
+    CosineSimilarity(),
+    DotProductSimilarity(normalize_embeddings=False),
+]
+
+
+def brute_force_values(query, reference, distance):
+    """Every distance from its definition in float64, one query at a time."""
+    q, r = query.double().numpy(), reference.double().numpy()
+    if distance.normalize_embeddings:
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+        r = r / np.linalg.norm(r, axis=1, keepdims=True)
+    rows = []
+    for row in q:
+        is_lp = isinstance(distance, LpDistance)
+        values = np.sqrt(((r - row) ** 2).sum(1)) if is_lp else r @ row
+        rows.append(values**distance.power)
+    return np.array(rows)
+
+
+def assert_top_k(values, indices, table, k, largest=False, rtol=0.0):
+    """Sorted values equal to argsort's, indices distinct and pointing at those values.
+
+    ``rtol`` also serves as an absolute tolerance near zero; there the square root of a
+    rounding error (1e-16 -> 1e-8) is the Euclidean distance's own float64 limit.
+    """
+    table = np.asarray(table)
+    order = np.sort(-table if largest else table, axis=1)[:, :k]
+    expected = -order if largest else order
+    np.testing.assert_allclose(values, expected, rtol=rtol, atol=rtol and 1e-7)
+    np.testing.assert_allclose(
+        np.take_along_axis(table, indices, 1), values, rtol=rtol, atol=rtol and 1e-7
+    )
+    assert all(len(set(row)) == k for row in indices.tolist())
+
+
+@st.composite
+def chunked_matrix(draw):
+    rows = draw(st.integers(1, 9))
+    widths = draw(st.lists(st.integers(1, 3 * GROUP + 5), min_size=1, max_size=6))
+    k = draw(st.integers(1, sum(widths)))
+    levels = draw(st.sampled_from([3, 50, 10_000]))  # few levels: many exact ties
+    seed = draw(st.integers(0, 2**31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    matrix = torch.randint(0, levels, (rows, sum(widths)), generator=generator).double()
+    transposed = draw(st.booleans())
+    return matrix, widths, k, transposed
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=chunked_matrix())
+def test_running_topk_equals_topk_with_ties(problem) -> None:
+    matrix, widths, k, transposed = problem
+    state = RunningTopK(len(matrix), k, matrix.dtype, matrix.device)
+    start = 0
+    for width in widths:
+        chunk = matrix[:, start : start + width]
+        if transposed:  # the same values through a transposed (column-major) view
+            chunk = chunk.T.contiguous().T
+        state.push(0, chunk, start)
+        start += width
+    values, indices = state.finish()
+    assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), k)
+
+
+def test_running_topk_rows_fed_in_any_order() -> None:
+    matrix = torch.randn(20, 300, generator=torch.Generator().manual_seed(1))
+    state = RunningTopK(20, 7, matrix.dtype, matrix.device)
+    for first_row in (10, 0):
+        for start in (200, 0, 100):
+            state.push(first_row, matrix[first_row : first_row + 10, start : start + 100], start)
+    values, indices = state.finish()
+    assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), 7)
+
+
+@st.composite
+def integer_points(draw):
+    """Small-integer coordinates: float arithmetic is exact, so ties are exact ties."""
+    n = draw(st.integers(1, 70))
+    extra = draw(st.integers(0, 40))
+    dims = draw(st.integers(1, 5))
+    seed = draw(st.integers(0, 2**31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    points = torch.randint(-3, 4, (n + extra, dims), generator=generator).double()
+    return points[:n], points, draw(st.integers(1, n + extra))
+
+
+@settings(max_examples=120, deadline=None)
+@given(problem=integer_points(), tile=st.sampled_from([(1, 1), (3, 5), (8, 8), (32, 200)]))
+def test_symmetric_tiles_equal_brute_force(problem, tile) -> None:
+    query, _, k = problem
+    k = min(k, len(query))
+    table = ((query[:, None, :] - query[None, :, :]) ** 2).sum(2).numpy()
+    scorer = SquaredEuclidean(query, query, symmetric=True)
+    values, indices = search_symmetric(scorer, len(query), k, tile, query)
+    assert_top_k(values.numpy(), indices.numpy(), table, k)
+
+
+@pytest.fixture()
+def small_tiles(monkeypatch):
+    """Tiles of 32 x 32 distances, so that small tests cross many tiles."""
+    monkeypatch.setattr(knn_module, "TILE_BYTES", 32 * 32 * 8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    problem=integer_points(),
+    distance_index=st.integers(0, len(FAST) - 1),
+    batch_size=st.one_of(st.none(), st.integers(1, 40)),
+    mode=st.sampled_from(["none", "is", "separate"]),
+)
+def test_custom_knn_fast_paths_equal_brute_force(problem, distance_index, batch_size, mode) -> None:
+    knn_module.TILE_BYTES, saved = 32 * 32 * 8, knn_module.TILE_BYTES
+    try:
+        query, reference, k = problem
+        query = query + 0.5  # no zero rows, so cosine is defined
+        reference = query if mode != "separate" else reference + 0.5
+        distance = FAST[distance_index]
+        k = min(k, len(reference))
+        knn = CustomKNN(distance, batch_size=batch_size)
+        values, indices = knn(query, k, None if mode == "none" else reference)
+    finally:
+        knn_module.TILE_BYTES = saved
+    table = brute_force_values(query, reference, distance)
+    assert_top_k(values.numpy(), indices.numpy(), table, k, distance.is_inverted, rtol=1e-9)
+
+
+@pytest.mark.parametrize("distance", FAST, ids=repr)
+def test_self_search_drops_own_index(small_tiles, distance) -> None:
+    x = torch.randn(150, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    k = 9
+    values, indices = CustomKNN(distance)(x, k, x, ref_includes_query=True)
+    table = brute_force_values(x, x, distance)
+    np.fill_diagonal(table, -np.inf if distance.is_inverted else np.inf)
+    assert not (indices == torch.arange(150).unsqueeze(1)).any()
+    assert_top_k(values.numpy(), indices.numpy(), table, k, distance.is_inverted, rtol=1e-9)
+
+
+def test_symmetric_equals_one_sided_on_random_float32(small_tiles) -> None:
+    x = torch.randn(400, 16, generator=torch.Generator().manual_seed(2))
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    self_d, self_i = knn(x, 20)
+    other_d, other_i = knn(x, 20, x.clone())  # a copy: the one-sided path
+    torch.testing.assert_close(self_d, other_d, rtol=1e-5, atol=1e-4)
+    assert (self_i == other_i).float().mean() > 0.99  # only float near-ties may swap
+
+
+SCALED = [
+    LpDistance(normalize_embeddings=False, power=2),
+    LpDistance(normalize_embeddings=False),
+    LpDistance(),
+    CosineSimilarity(),
+    DotProductSimilarity(normalize_embeddings=False),
+    SNRDistance(),
+]
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-25, 2.0**100, 1e-30])
+@pytest.mark.parametrize("distance", SCALED, ids=repr)
+def test_scaled_embeddings_give_the_same_neighbours(distance, scale) -> None:
+    generator = torch.Generator().manual_seed(5)
+    query, reference = (
+        torch.randn(30, 8, generator=generator),
+        torch.randn(60, 8, generator=generator),
+    )
+    knn = CustomKNN(distance, batch_size=7)
+    expected_d, expected_i = knn(query, 5, reference)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # squared 1e20 distances overflow
+        got_d, got_i = knn(query * scale, 5, reference * scale)
+        self_d, self_i = knn(query * scale, 5)
+    assert torch.equal(got_i, expected_i)
+    assert torch.equal(self_i, knn(query, 5)[1])
+    degree = {LpDistance: 1, DotProductSimilarity: 2}.get(type(distance), 0)
+    degree = 0 if distance.normalize_embeddings else degree
+    expected = expected_d.double() * float(scale) ** (degree * distance.power)
+    finite = torch.isfinite(got_d) & (expected.abs() < 3e38) & (expected.abs() > 1e-37)
+    torch.testing.assert_close(got_d.double()[finite], expected[finite], rtol=1e-4, atol=0)
+
+
+def test_overflowing_distances_warn_and_keep_exact_neighbours() -> None:
+    x = torch.randn(10, 4, generator=torch.Generator().manual_seed(0))
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    with pytest.warns(RuntimeWarning, match="exceed the range"):
+        distances, indices = knn(x * 1e20, 3)
+    assert torch.isinf(distances[:, 1:]).all()
+    assert torch.equal(indices, knn(x, 3)[1])
+
+
+class RecordingLp(LpDistance):
+    """Generic-path distance that records the shape of every block it computes."""
+
+    def __init__(self) -> None:
+        super().__init__(normalize_embeddings=False, p=1)
+        self.shapes: list[tuple[int, int]] = []
+
+    def compute_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        self.shapes.append((len(query), len(ref)))
+        return torch.cdist(query, ref, p=1)
+
+
+def test_batch_size_keeps_its_block_shape_on_the_generic_path() -> None:
+    distance = RecordingLp()
+    CustomKNN(distance, batch_size=4)(torch.randn(10, 3), 2, torch.randn(13, 3))
+    assert distance.shapes == [(4, 13), (4, 13), (2, 13)]
+
+
+def test_batch_size_keeps_its_block_shape_on_the_euclidean_path(monkeypatch) -> None:
+    shapes = []
+    original = SquaredEuclidean.tile
+
+    def tile(self, rows, cols, out):
+        scores = original(self, rows, cols, out)
+        shapes.append(tuple(scores.shape))
+        return scores
+
+    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2), batch_size=4)
+    knn(torch.randn(10, 3), 2, torch.randn(13, 3))
+    assert shapes == [(4, 13), (4, 13), (2, 13)]
+    shapes.clear()
+    knn(torch.randn(10, 3), 2)  # self-search: strips on and right of the diagonal
+    assert shapes == [(4, 10), (4, 6), (2, 2)]
+
+
+def test_default_tiles_follow_the_memory_budget(monkeypatch) -> None:
+    shapes = []
+    original = SquaredEuclidean.tile
+
+    def tile(self, rows, cols, out):
+        shapes.append((rows.stop - rows.start, cols.stop - cols.start))
+        return original(self, rows, cols, out)
+
+    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    monkeypatch.setattr(knn_module, "TILE_BYTES", 64 * 64 * 4)
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    knn(torch.randn(100, 3), 2, torch.randn(150, 3))  # whole rows, 27 at a time
+    assert shapes == [(27, 150)] * 3 + [(19, 150)]
+    shapes.clear()
+    knn(torch.randn(100, 3), 2)  # self-search: 64 x 64 tiles on and above the diagonal
+    assert shapes == [(64, 64), (64, 36), (36, 36)]
+
+
+def test_unknown_distance_subclass_is_not_rescaled() -> None:
+    class Custom(BaseDistance):
+        def compute_mat(self, query, ref):
+            return torch.cdist(query, ref)
+
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 3.0]])
+    distances, _ = CustomKNN(Custom(normalize_embeddings=False))(x * 1e20, 1, x * 1e20)
+    torch.testing.assert_close(distances[:, 0], torch.zeros(3))
+
+
+_PEAK_SCRIPT = """
+import resource, sys, torch
+from pytorch_metric_learning.distances import LpDistance
+from pytorch_metric_learning.evaluation import CustomKNN
+n, separate = int(sys.argv[1]), sys.argv[2] == "separate"
+x = torch.randn(n, 16)
+reference = x.clone() if separate else None
+knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+knn(x[:64], 10, None if reference is None else reference[:64], True)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+knn(x, 10, reference, True)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.slow
+def test_peak_memory_is_linear_in_n() -> None:
+    """Peak RSS growth (torch's allocations included) of a search, in fresh processes."""
+    import subprocess
+    import sys
+
+    def growth_mib(n, mode):
+        done = subprocess.run(
+            [sys.executable, "-c", _PEAK_SCRIPT, str(n), mode],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(done.stdout.split()[-1]) / 1024
+
+    small, large = growth_mib(4_000, "self"), growth_mib(12_000, "self")
+    full_matrix_mib = 12_000**2 * 4 / 2**20  # 549 MiB: what a quadratic search would hold
+    # A 64 MiB tile and its top-k temporaries, plus outputs that grow with n.
+    assert large < 250, f"peak grew by {large:.0f} MiB (a full matrix is {full_matrix_mib:.0f})"
+    assert large < 3 * small + 40  # 3x the rows: linear growth, not the 9x of n squared
+    assert growth_mib(12_000, "separate") < 250
