@@ -316,3 +316,44 @@ def test_check_knn_backend_catches_a_forgetful_backend() -> None:
 def test_check_knn_backend_catches_nondeterminism() -> None:
     with pytest.raises(errors.BackendOutputError, match="'rotating'.*deterministic"):
         check_knn_backend(RotatingKNN(), backend="rotating")
+
+
+# ----- a neighbour listed twice, and noise in the distances -----
+
+
+class RepeatingKNN:
+    """Lists each query's nearest neighbour k times: every metric would count it k times."""
+
+    def __call__(self, query, k, reference=None, ref_includes_query=False):
+        distances, indices = brute_force(query, 1, reference, ref_includes_query)
+        return distances.expand(-1, k).clone(), indices.expand(-1, k).clone()
+
+
+def test_a_neighbour_listed_twice_in_a_row_is_caught_not_scored() -> None:
+    x, y = points()
+    register_knn_backend("repeating", RepeatingKNN)
+    with pytest.raises(
+        errors.BackendOutputError,
+        match=r"'repeating' \(RepeatingKNN\).*is registered in-process\.$",
+    ) as info:
+        calc("repeating").get_accuracy(x, y)
+    assert "more than once" in str(info.value) and "row 0" in str(info.value)
+    with pytest.raises(ValueError, match="RepeatingKNN.*more than once"):
+        check_knn_backend(RepeatingKNN())
+
+
+class NoisyDistancesKNN:
+    """The right neighbours, with distances that change from call to call."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, query, k, reference=None, ref_includes_query=False):
+        self.calls += 1
+        distances, indices = brute_force(query, k, reference, ref_includes_query)
+        return distances + 1e-3 * self.calls, indices
+
+
+def test_check_knn_backend_catches_distances_that_change_between_runs() -> None:
+    with pytest.raises(errors.BackendOutputError, match="'noisy'.*different distances"):
+        check_knn_backend(NoisyDistancesKNN(), backend="noisy")

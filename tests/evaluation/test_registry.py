@@ -106,6 +106,15 @@ def test_unknown_name_lists_installed_names() -> None:
     assert isinstance(info.value, errors.PMLError)
 
 
+def test_a_misspelled_name_suggests_the_installed_one() -> None:
+    register_knn_backend("hnsw", lambda: CustomKNN(LpDistance()))
+    with pytest.raises(errors.UnknownBackendError, match=r"'hnsx'.*Did you mean 'hnsw'\?"):
+        load_knn_func({"name": "hnsx", "ef_search": 128})
+    with pytest.raises(errors.UnknownBackendError) as info:
+        load_knn_func("zzzz")
+    assert "Did you mean" not in str(info.value)
+
+
 def test_known_plugin_not_installed_gives_pip_command(monkeypatch) -> None:
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
     # An installation from the index (a checkout's hint: tests/evaluation/test_install_hint.py).
@@ -335,12 +344,29 @@ def test_a_misspelled_attribute_names_it_and_suggests_the_right_one(
     assert "Reinstall" not in str(info.value) and "pml-typo" in str(info.value)
 
 
-def test_an_import_error_inside_the_plugin_still_says_reinstall(tmp_path, monkeypatch) -> None:
+def test_a_missing_dependency_of_the_plugin_is_named_as_not_installed(
+    tmp_path, monkeypatch
+) -> None:
     (tmp_path / "pml_needs_missing_dep.py").write_text("import pml_dependency_not_there\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     use_points(monkeypatch, point("dep", "pml_needs_missing_dep:X", "pml-dep"))
-    with pytest.raises(ImportError, match="pml-dep.*pml_dependency_not_there.*Reinstall"):
+    with pytest.raises(errors.BackendImportError) as info:
         load_knn_func("dep")
+    message = str(info.value)
+    assert "'dep' of pml-dep" in message
+    assert "module 'pml_dependency_not_there' it imports is not installed" in message
+    assert "pml-dep's dependencies" in message
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+    sys.modules.pop("pml_needs_missing_dep", None)
+
+
+def test_a_plugin_module_that_raises_on_import_chains_the_cause(tmp_path, monkeypatch) -> None:
+    (tmp_path / "pml_raises_on_import.py").write_text("raise RuntimeError('no GPU found')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    use_points(monkeypatch, point("boom", "pml_raises_on_import:X", "pml-boom"))
+    with pytest.raises(ImportError, match="'boom' of pml-boom.*RuntimeError: no GPU found"):
+        load_knn_func("boom")
+    sys.modules.pop("pml_raises_on_import", None)
 
 
 @pytest.mark.parametrize(
@@ -467,3 +493,51 @@ def test_an_entry_point_naming_a_module_or_a_value_is_explained(monkeypatch, plu
     use_points(monkeypatch, point("mod", plugin_module, "pml-mod"))
     with pytest.raises(errors.BackendDefinitionError, match="pml-mod.*not callable.*factory"):
         load_knn_func("mod")
+
+
+@needs_test_plugins
+def test_a_plugins_wrong_answer_names_its_distribution() -> None:
+    from pytorch_metric_learning.evaluation import AccuracyCalculator
+
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 3, (30,), generator=generator)
+    embeddings = torch.randn(30, 4, generator=generator)
+    farthest_first = {"name": "toy", "largest": True}  # distances, largest first
+    calculator = AccuracyCalculator(include=("r_precision",), knn_func=farthest_first)
+    with pytest.raises(errors.BackendOutputError) as info:
+        calculator.get_accuracy(embeddings, labels)
+    message = str(info.value)
+    assert "'toy' (ToyKNN)" in message and "not sorted nearest first" in message
+    assert message.endswith("Backend 'toy' comes from the distribution pml-toy-knn.")
+
+
+class FailsToBuild:
+    def __init__(self, error: Exception, size: int = 1) -> None:
+        raise error
+
+
+@pytest.mark.parametrize(
+    "error, expected, builtin",
+    [
+        (RuntimeError("no licence found"), errors.BackendRuntimeError, RuntimeError),
+        (ValueError("size too large"), errors.InvalidBackendOptionError, ValueError),
+        (TypeError("size must be int"), errors.InvalidBackendOptionError, TypeError),
+    ],
+)
+def test_a_factorys_own_error_names_the_backend(error, expected, builtin) -> None:
+    register_knn_backend("fragile", lambda size=1: FailsToBuild(error, size))
+    with pytest.raises(expected) as info:
+        load_knn_func({"name": "fragile", "size": 3})
+    message = str(info.value)
+    assert "'fragile'" in message and "{'size': 3}" in message and str(error) in message
+    assert isinstance(info.value, builtin) and info.value.__cause__ is error
+
+
+@pytest.mark.parametrize(
+    "error", [errors.InvalidArgumentError("bad 'space'"), ModuleNotFoundError("no hnswlib")]
+)
+def test_a_factorys_library_error_and_missing_module_pass_unchanged(error) -> None:
+    register_knn_backend("fragile", lambda: FailsToBuild(error))
+    with pytest.raises(type(error)) as info:
+        load_knn_func("fragile")
+    assert info.value is error

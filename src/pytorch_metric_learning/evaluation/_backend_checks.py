@@ -14,9 +14,15 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, cast
 
-from ..errors import BackendDefinitionError, BackendImportError, InvalidBackendOptionError
+from ..errors import (
+    BackendDefinitionError,
+    BackendImportError,
+    BackendRuntimeError,
+    InvalidBackendOptionError,
+    PMLError,
+)
 
-__all__ = ["Origin", "load_target", "bind_options", "check_call_shape"]
+__all__ = ["Origin", "load_target", "bind_options", "build_backend", "check_call_shape"]
 
 
 @dataclass(frozen=True)
@@ -57,10 +63,18 @@ def _is_prefix(missing: str, module: str) -> bool:
 
 
 def _failed_import(origin: Origin, error: Exception, others: list[str]) -> BackendImportError:
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if missing:
+        advice = (
+            f"The module {missing!r} it imports is not installed: install the package that "
+            f"provides it (and declare it in {origin.distribution}'s dependencies)"
+        )
+    else:
+        advice = f"Fix or reinstall {origin.distribution}"
     return BackendImportError(
         f"The {origin.kind} backend {origin.name!r} of {origin.distribution} failed to import "
-        f"({type(error).__name__}: {error}). Reinstall that distribution or choose "
-        f"another backend from {others}."
+        f"({type(error).__name__}: {error}). {advice}, or choose another backend from "
+        f"{others}."
     )
 
 
@@ -105,6 +119,31 @@ def bind_options(
             f"the backend. {fix} the class, or a function that returns the backend."
         )
     raise _unknown_options(signature, options, origin)
+
+
+def build_backend(factory: Callable[..., Any], options: dict[str, Any], origin: Origin) -> Any:
+    """Call the factory; a plugin's own bare error comes back naming the backend.
+
+    The library's errors and ``ImportError`` pass unchanged. A ``ValueError`` or ``TypeError`` becomes
+    :class:`InvalidBackendOptionError` (still both), anything else
+    :class:`BackendRuntimeError` (a ``RuntimeError``); the original is chained.
+    """
+    try:
+        return factory(**options)
+    except (PMLError, ImportError):  # already says what it is (a missing library: its name)
+        raise
+    except Exception as error:
+        wrapper = (
+            InvalidBackendOptionError
+            if isinstance(error, (ValueError, TypeError))
+            else BackendRuntimeError
+        )
+        where = "in-process" if not origin.target else f"of {origin.distribution}"
+        raise wrapper(
+            f"The {origin.kind} backend {origin.name!r} ({where}) failed to build with the "
+            f"options {options} ({type(error).__name__}: {error}). Check those options, or "
+            f"choose another backend."
+        ) from error
 
 
 def _short(value: Any) -> str:

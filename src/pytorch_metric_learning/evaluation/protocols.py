@@ -30,7 +30,7 @@ class KNNFunc(Protocol):
       means ``query`` itself.
     - **Outputs.** ``(distances, indices)``, both shaped ``(len(query), k)`` and on the
       query's device. ``indices`` is ``torch.long`` and addresses rows of the ``reference``
-      of this call (never -1 padding). ``distances`` is a floating-point tensor without
+      of this call, distinct within a row (never -1 padding). ``distances`` is a floating-point tensor without
       NaN, in the dtype the backend computes in (``CustomKNN``: the inputs' promoted dtype;
       faiss: ``float32``).
     - **Order.** Each row is nearest first: distances ascending, or, for a backend that
@@ -43,8 +43,8 @@ class KNNFunc(Protocol):
       neighbour when row ``i`` is not among them
       (:func:`~pytorch_metric_learning.evaluation.remove_self_matches` does this). No row
       may contain its own index.
-    - **Determinism.** The same inputs give the same indices on the same machine and
-      library versions; an approximate backend seeds whatever it randomizes.
+    - **Determinism.** The same inputs give the same distances and indices on the same
+      machine and library versions; an approximate backend seeds whatever it randomizes.
     """
 
     def __call__(

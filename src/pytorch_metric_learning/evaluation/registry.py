@@ -8,6 +8,7 @@ needed, and only the selected backend's module is imported.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import logging
 import sys
@@ -32,7 +33,7 @@ from ..errors import (
     InvalidTypeError,
     UnknownBackendError,
 )
-from ._backend_checks import Origin, bind_options, check_call_shape, load_target
+from ._backend_checks import Origin, bind_options, build_backend, check_call_shape, load_target
 from ._install_hint import plugin_install_hint
 from .protocols import KMeansFunc, KNNFunc
 
@@ -261,8 +262,10 @@ class _Registry:
                 f"{plugin_install_hint(name)}  (installed backends: {installed})",
                 name=name,
             )
+        close = difflib.get_close_matches(name, installed, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
         return UnknownBackendError(
-            f"Unknown {self.kind} backend {name!r}. Installed backends: {installed}."
+            f"Unknown {self.kind} backend {name!r}. Installed backends: {installed}.{hint}"
         )
 
     def load(self, spec: Spec, options: dict[str, Any]) -> Any:
@@ -273,7 +276,7 @@ class _Registry:
             options["distance"] = distance_from_name(options["distance"])
         factory = self.factory(name)
         bind_options(factory, options, self.origin(name), self.call_args)
-        backend = factory(**options)
+        backend = build_backend(factory, options, self.origin(name))
         self.check(backend, name)
         _remember_name(backend, name)
         return backend
@@ -355,6 +358,22 @@ def backend_name(backend: Any) -> str | None:
         return _BUILT_NAMES.get(backend)
     except TypeError:
         return None
+
+
+def knn_backend_origin(backend: Any) -> str | None:
+    """The distribution a k-NN backend built by :func:`load_knn_func` comes from, if any.
+
+    ``"registered in-process"`` for a name given to :func:`register_knn_backend`.
+
+    Example:
+        >>> knn_backend_origin(load_knn_func("custom")), knn_backend_origin(len)
+        ('pytorch-metric-learning', None)
+    """
+    name = backend_name(backend)
+    if name is None or name not in _KNN.names():
+        return None
+    origin = _KNN.origin(name)
+    return "registered in-process" if not origin.target else origin.distribution
 
 
 def list_knn_backends() -> list[str]:
