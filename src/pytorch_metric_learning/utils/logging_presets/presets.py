@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..record_keeping import RecordKeeper, SQLiteManager, make_tensorboard_writer
+from ._hooks_2x import check_2x_record_options
 from ._rank import is_main_process
 from .hook_container import HookContainer
 
@@ -18,6 +19,11 @@ PathLike = Union[str, "os.PathLike[str]"]
 def get_record_keeper(
     csv_folder: PathLike,
     tensorboard_folder: PathLike | None = None,
+    global_db_path: PathLike | None = None,
+    experiment_name: str | None = None,
+    is_new_experiment: bool = True,
+    save_lists: bool = False,
+    *,
     db_path: PathLike | None = None,
 ) -> tuple[RecordKeeper, SQLiteManager, Any]:
     """Build a record keeper writing CSV files, a SQLite database and, optionally, TensorBoard.
@@ -26,7 +32,13 @@ def get_record_keeper(
         csv_folder: folder of the per-metric CSV files (created if needed).
         tensorboard_folder: TensorBoard log folder; None disables TensorBoard. Needs the
             ``tensorboard`` extra.
-        db_path: the SQLite file; default ``<csv_folder>/records.db``.
+        global_db_path: 2.x's database shared by several experiments; not supported:
+            anything but None raises.
+        experiment_name: 2.x's name of the run in ``global_db_path``; accepted and unused
+            (as in 2.x without ``global_db_path``).
+        is_new_experiment: as ``experiment_name``.
+        save_lists: 2.x's option to record lists; only False (records are numbers).
+        db_path: the SQLite file (keyword only); default ``<csv_folder>/records.db``.
 
     Returns:
         ``(record_keeper, sqlite_manager, tensorboard_writer)``; the writer is None without a
@@ -36,6 +48,7 @@ def get_record_keeper(
     Raises:
         BackendNotInstalledError: a TensorBoard folder is given but ``tensorboard`` is
             not installed.
+        InvalidArgumentError: ``global_db_path`` is not None or ``save_lists`` is not False.
 
     Example:
         >>> import tempfile
@@ -43,6 +56,7 @@ def get_record_keeper(
         >>> writer is None, db.path.name
         (True, 'records.db')
     """
+    check_2x_record_options(global_db_path, save_lists)
     sqlite_manager = SQLiteManager(Path(db_path) if db_path else Path(csv_folder) / "records.db")
     writer = None
     if tensorboard_folder and is_main_process():  # only rank 0 records (see HookContainer)
