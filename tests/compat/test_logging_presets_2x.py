@@ -277,3 +277,23 @@ def test_get_record_keeper_refuses_what_it_cannot_do(tmp_path, kwargs, name):
         logging_presets.get_record_keeper(str(tmp_path / "logs"), **kwargs)
     assert not (tmp_path / "all_experiments.db").exists()
     assert not (tmp_path / "logs").exists()
+
+
+def test_get_hook_container_without_record_keeper_gives_hooks_that_do_nothing(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="pytorch_metric_learning"):
+        hooks = logging_presets.get_hook_container(None)
+    assert isinstance(hooks, logging_presets.EmptyContainer)
+    assert "No record_keeper" in caplog.text
+    trunk = torch.nn.Linear(2, 2)
+    trainer = trainers.MetricLossOnly(
+        {"trunk": trunk},
+        {"trunk_optimizer": torch.optim.SGD(trunk.parameters(), lr=0.0)},
+        5,
+        {"metric_loss": spread_loss},
+        TensorDataset(VAL_X, VAL_Y),
+        dataloader_num_workers=0,
+        end_of_iteration_hook=hooks.end_of_iteration_hook,
+        end_of_epoch_hook=hooks.end_of_epoch_hook(None, {"val": None}, str(tmp_path / "m")),
+    )
+    trainer.train(num_epochs=2)
+    assert trainer.epoch == 2 and os.listdir(tmp_path) == []

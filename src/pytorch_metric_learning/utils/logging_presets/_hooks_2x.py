@@ -21,7 +21,7 @@ from .metric_keys import is_better
 if TYPE_CHECKING:
     from ..record_keeping import RecordKeeper
 
-__all__ = ["HookContainer2xMethods", "check_2x_record_options"]
+__all__ = ["EmptyContainer", "HookContainer2xMethods", "check_2x_record_options"]
 
 Row = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -256,3 +256,20 @@ class HookContainer2xMethods:
     def optimizer_custom_attr_func(optimizer: Any) -> dict[str, float]:
         """``{"lr": <the learning rate of the optimizer's first parameter group>}``."""
         return {"lr": float(optimizer.param_groups[0]["lr"])}
+
+
+class EmptyContainer:
+    """What 2.x's ``get_hook_container(None)`` returned: hooks that do nothing.
+
+    Example:
+        >>> hooks = EmptyContainer()
+        >>> hooks.end_of_epoch_hook("tester", {}, "models") is None, hooks.end_of_testing_hook
+        (True, None)
+    """
+
+    end_of_iteration_hook = None
+    end_of_testing_hook = None
+
+    def end_of_epoch_hook(self, *args: Any) -> None:
+        """None: a trainer given None as its ``end_of_epoch_hook`` runs every epoch."""
+        return None

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, overload
 
 from ..record_keeping import RecordKeeper, SQLiteManager, make_tensorboard_writer
-from ._hooks_2x import check_2x_record_options
+from ._hooks_2x import EmptyContainer, check_2x_record_options
 from ._rank import is_main_process
 from .hook_container import HookContainer
 
-__all__ = ["get_record_keeper", "get_hook_container"]
+__all__ = ["get_record_keeper", "get_hook_container", "EmptyContainer"]
+
+logger = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -65,15 +68,40 @@ def get_record_keeper(
     return record_keeper, sqlite_manager, writer
 
 
+@overload
+def get_hook_container(
+    record_keeper: None,
+    primary_metric: str = ...,
+    validation_split_name: str = ...,
+    save_models: bool = ...,
+    log_freq: int = ...,
+    record_group_name_prefix: str | None = ...,
+) -> EmptyContainer: ...
+
+
+@overload
 def get_hook_container(
     record_keeper: RecordKeeper,
+    primary_metric: str = ...,
+    validation_split_name: str = ...,
+    save_models: bool = ...,
+    log_freq: int = ...,
+    record_group_name_prefix: str | None = ...,
+) -> HookContainer: ...
+
+
+def get_hook_container(
+    record_keeper: RecordKeeper | None,
     primary_metric: str = "mean_average_precision_at_r",
     validation_split_name: str = "val",
     save_models: bool = True,
     log_freq: int = 50,
     record_group_name_prefix: str | None = None,
-) -> HookContainer:
+) -> HookContainer | EmptyContainer:
     """Build a :class:`HookContainer` (see its documentation for the arguments).
+
+    As in 2.x, ``record_keeper=None`` gives an :class:`EmptyContainer` (hooks that do
+    nothing) and logs a warning.
 
     Example:
         >>> import tempfile
@@ -81,6 +109,9 @@ def get_hook_container(
         >>> get_hook_container(record_keeper, primary_metric="precision_at_1")
         HookContainer(primary_metric='precision_at_1', validation_split_name='val', save_models=True)
     """
+    if record_keeper is None:
+        logger.warning("No record_keeper, so no preset hooks are being returned.")
+        return EmptyContainer()
     return HookContainer(
         record_keeper,
         record_group_name_prefix=record_group_name_prefix,
