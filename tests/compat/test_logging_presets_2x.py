@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
 from pytorch_metric_learning import testers, trainers
@@ -297,3 +299,28 @@ def test_get_hook_container_without_record_keeper_gives_hooks_that_do_nothing(tm
     )
     trainer.train(num_epochs=2)
     assert trainer.epoch == 2 and os.listdir(tmp_path) == []
+
+
+values = st.one_of(st.sampled_from([0.25, 0.5, 0.75, math.nan]), st.floats(0, 1))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(history=st.lists(values, min_size=1, max_size=6), ignored=st.sets(st.integers(0, 6)))
+def test_best_epoch_ignoring_epochs_matches_a_loop(tmp_path_factory, history, ignored):
+    record_keeper, _, _ = logging_presets.get_record_keeper(str(tmp_path_factory.mktemp("h")))
+    hooks = logging_presets.get_hook_container(record_keeper, primary_metric="precision_at_1")
+    tester = testers.GlobalEmbeddingSpaceTester()
+    for epoch, value in enumerate(history, start=1):
+        tester.all_accuracies = {"val": {"epoch": epoch, KEY: value}}
+        hooks.end_of_testing_hook(tester)
+    expected = (None, 0)
+    for epoch, value in enumerate(history, start=1):  # first strictly greater, never NaN
+        if epoch not in ignored and value == value and (expected[0] is None or value > expected[1]):
+            expected = (epoch, value)
+    got = hooks.get_best_epoch_and_accuracy(tester, "val", ignore_epoch=tuple(ignored) or (-1,))
+    assert got == expected
+    rows, _ = hooks.get_accuracies_of_best_epoch(tester, "val", ignore_epoch=tuple(ignored))
+    assert (rows[0]["epoch"] if rows else None) == expected[0]
+    record_keeper.close()
