@@ -25,6 +25,7 @@ __all__ = [
     "FileWriteError",
     "CorruptFileError",
     "ResumeError",
+    "MetricNotRecordedError",
 ]
 
 
@@ -98,3 +99,10 @@ class CorruptFileError(PMLError, ValueError):
 
 class ResumeError(PMLError, RuntimeError):
     """Resuming training would lose or mix up data, so nothing was loaded or changed."""
+
+
+class MetricNotRecordedError(InvalidArgumentError, KeyError):
+    """A metric asked for is neither in the tester's accuracies nor in the records: a
+    ``ValueError``, and a ``KeyError`` as 2.x's ``HookContainer.try_keys`` raised."""
+
+    __str__ = Exception.__str__

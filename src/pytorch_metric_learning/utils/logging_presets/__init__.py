@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from .hook_container import HookContainer
 from .metric_keys import resolve_metric_key
-from .presets import get_hook_container, get_record_keeper
+from .presets import EmptyContainer, get_hook_container, get_record_keeper
 from .training_state import TrainingState
 
 __all__ = [
+    "EmptyContainer",
     "HookContainer",
     "TrainingState",
     "get_hook_container",

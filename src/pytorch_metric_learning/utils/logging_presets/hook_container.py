@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any, Callable, Union
 
 from ..._validation import check_positive_int, invalid
@@ -19,6 +19,7 @@ from ..checkpoints import (
     unwrap_model,
 )
 from ..record_keeping import RecordKeeper
+from ._hooks_2x import HookContainer2xMethods
 from ._rank import is_main_process
 from ._resume import find_resume_point, set_aside_after, set_aside_everything
 from .metric_keys import is_better, numeric_accuracies, resolve_metric_key
@@ -44,7 +45,7 @@ def _check_patience(patience: Any) -> int | None:
     return patience
 
 
-class HookContainer:
+class HookContainer(HookContainer2xMethods):
     """Hooks for a trainer (or a hand-written loop) and a tester.
 
     * ``end_of_iteration_hook(trainer)`` records ``trainer.losses`` and learning rates.
@@ -205,13 +206,19 @@ class HookContainer:
         return hook
 
     # ------------------------------------------------------------------ queries
-    def get_best_epoch_and_accuracy(self, tester: Any, split_name: str) -> tuple[int | None, float]:
+    def get_best_epoch_and_accuracy(
+        self, tester: Any, split_name: str, ignore_epoch: Sequence[int] = (-1,)
+    ) -> tuple[int | None, float]:
         """The best epoch of ``split_name`` and its primary metric; ``(None, 0.0)`` if none.
 
         ``tester`` is accepted for compatibility with 2.x; the records of a split do not
-        depend on it.
+        depend on it. ``ignore_epoch`` (as in 2.x): epochs left out, e.g. ``(epoch,)`` for
+        the best before ``epoch``; they are read from the records.
         """
-        best = self._best_for(split_name)
+        ignored = set(ignore_epoch) - {-1}
+        best = (
+            self._best_from_records(split_name, ignored) if ignored else self._best_for(split_name)
+        )
         return best if best is not None else (None, 0.0)
 
     def get_accuracy_history(
@@ -272,7 +279,13 @@ class HookContainer:
 
     # ------------------------------------------------------------------ checkpoints
     def load_latest_saved_models(
-        self, trainer: Any, model_folder: PathLike, device: Any = None, *, start_fresh: bool = False
+        self,
+        trainer: Any,
+        model_folder: PathLike,
+        device: Any = None,
+        best: bool = False,
+        *,
+        start_fresh: bool = False,
     ) -> int:
         """Load the latest saved state into ``trainer``; return the epoch to start at.
 
@@ -288,17 +301,24 @@ class HookContainer:
             trainer: a trainer or :class:`TrainingState`; its objects are loaded in place.
             model_folder: where the checkpoints are.
             device: ``map_location`` for ``torch.load`` (default ``"cpu"``).
+            best: load the best checkpoint instead (as 2.x's ``best=True``), through
+                :meth:`load_best_saved_models`, and set nothing aside.
             start_fresh: set aside every checkpoint in ``model_folder`` and every record
                 of this container, and start at epoch 1.
 
         Returns:
-            The saved epoch plus one; 1 when nothing was saved.
+            The saved epoch plus one (the best epoch plus one with ``best=True``); 1 when
+            nothing was saved.
 
         Raises:
             ResumeError: the saved objects are not the trainer's (one missing or extra),
                 or records exist but no loadable checkpoint set matches them (a typo in
                 ``model_folder``, every set damaged). Nothing is loaded or changed.
         """
+        if best:
+            if start_fresh:
+                raise invalid("best", "load_latest_saved_models", "False with start_fresh", best)
+            return (self.load_best_saved_models(trainer, model_folder, device) or 0) + 1
         objects = self._saveable(trainer)
         if start_fresh:
             self._best.clear()
@@ -527,7 +547,7 @@ class HookContainer:
             self._best[split_name] = self._best_from_records(split_name)
         return self._best[split_name]
 
-    def _best_from_records(self, split_name: str) -> Best | None:
+    def _best_from_records(self, split_name: str, ignored: Set[int] = frozenset()) -> Best | None:
         group = self.accuracy_group_name(split_name)
         key = resolve_metric_key(self.primary_metric, self.record_keeper.names(group))
         if key is None:
@@ -535,7 +555,7 @@ class HookContainer:
         best: Best | None = None
         epochs, values = self.record_keeper.history(group, [key])
         for epoch, value in zip(epochs, values[key]):
-            if is_better(value, best[1] if best else None):
+            if epoch not in ignored and is_better(value, best[1] if best else None):
                 best = (epoch, value)
         return best
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, overload
 
 from ..record_keeping import RecordKeeper, SQLiteManager, make_tensorboard_writer
+from ._hooks_2x import EmptyContainer, check_2x_record_options
 from ._rank import is_main_process
 from .hook_container import HookContainer
 
-__all__ = ["get_record_keeper", "get_hook_container"]
+__all__ = ["get_record_keeper", "get_hook_container", "EmptyContainer"]
+
+logger = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -18,6 +22,11 @@ PathLike = Union[str, "os.PathLike[str]"]
 def get_record_keeper(
     csv_folder: PathLike,
     tensorboard_folder: PathLike | None = None,
+    global_db_path: PathLike | None = None,
+    experiment_name: str | None = None,
+    is_new_experiment: bool = True,
+    save_lists: bool = False,
+    *,
     db_path: PathLike | None = None,
 ) -> tuple[RecordKeeper, SQLiteManager, Any]:
     """Build a record keeper writing CSV files, a SQLite database and, optionally, TensorBoard.
@@ -26,7 +35,13 @@ def get_record_keeper(
         csv_folder: folder of the per-metric CSV files (created if needed).
         tensorboard_folder: TensorBoard log folder; None disables TensorBoard. Needs the
             ``tensorboard`` extra.
-        db_path: the SQLite file; default ``<csv_folder>/records.db``.
+        global_db_path: 2.x's database shared by several experiments; not supported:
+            anything but None raises.
+        experiment_name: 2.x's name of the run in ``global_db_path``; accepted and unused
+            (as in 2.x without ``global_db_path``).
+        is_new_experiment: as ``experiment_name``.
+        save_lists: 2.x's option to record lists; only False (records are numbers).
+        db_path: the SQLite file (keyword only); default ``<csv_folder>/records.db``.
 
     Returns:
         ``(record_keeper, sqlite_manager, tensorboard_writer)``; the writer is None without a
@@ -36,6 +51,7 @@ def get_record_keeper(
     Raises:
         BackendNotInstalledError: a TensorBoard folder is given but ``tensorboard`` is
             not installed.
+        InvalidArgumentError: ``global_db_path`` is not None or ``save_lists`` is not False.
 
     Example:
         >>> import tempfile
@@ -43,6 +59,7 @@ def get_record_keeper(
         >>> writer is None, db.path.name
         (True, 'records.db')
     """
+    check_2x_record_options(global_db_path, save_lists)
     sqlite_manager = SQLiteManager(Path(db_path) if db_path else Path(csv_folder) / "records.db")
     writer = None
     if tensorboard_folder and is_main_process():  # only rank 0 records (see HookContainer)
@@ -51,15 +68,40 @@ def get_record_keeper(
     return record_keeper, sqlite_manager, writer
 
 
+@overload
+def get_hook_container(
+    record_keeper: None,
+    primary_metric: str = ...,
+    validation_split_name: str = ...,
+    save_models: bool = ...,
+    log_freq: int = ...,
+    record_group_name_prefix: str | None = ...,
+) -> EmptyContainer: ...
+
+
+@overload
 def get_hook_container(
     record_keeper: RecordKeeper,
+    primary_metric: str = ...,
+    validation_split_name: str = ...,
+    save_models: bool = ...,
+    log_freq: int = ...,
+    record_group_name_prefix: str | None = ...,
+) -> HookContainer: ...
+
+
+def get_hook_container(
+    record_keeper: RecordKeeper | None,
     primary_metric: str = "mean_average_precision_at_r",
     validation_split_name: str = "val",
     save_models: bool = True,
     log_freq: int = 50,
     record_group_name_prefix: str | None = None,
-) -> HookContainer:
+) -> HookContainer | EmptyContainer:
     """Build a :class:`HookContainer` (see its documentation for the arguments).
+
+    As in 2.x, ``record_keeper=None`` gives an :class:`EmptyContainer` (hooks that do
+    nothing) and logs a warning.
 
     Example:
         >>> import tempfile
@@ -67,6 +109,9 @@ def get_hook_container(
         >>> get_hook_container(record_keeper, primary_metric="precision_at_1")
         HookContainer(primary_metric='precision_at_1', validation_split_name='val', save_models=True)
     """
+    if record_keeper is None:
+        logger.warning("No record_keeper, so no preset hooks are being returned.")
+        return EmptyContainer()
     return HookContainer(
         record_keeper,
         record_group_name_prefix=record_group_name_prefix,
