@@ -23,7 +23,7 @@ from typing import IO, Callable
 
 from ..errors import FileWriteError
 
-__all__ = ["write_atomically", "fsync_folder", "remove_leftovers", "write_error"]
+__all__ = ["write_atomically", "fsync_folder", "remove_leftovers", "write_error", "make_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +38,22 @@ def write_error(path: Path, error: BaseException, what: str = "file") -> FileWri
     return wrapped
 
 
+def make_folder(folder: Path, what: str = "folder") -> None:
+    """Create ``folder`` (and its parents) if needed; a failure (a file of that name, a
+    read-only parent) is raised as :class:`FileWriteError` naming the folder."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        wrapped = FileWriteError(f"Could not create the {what} {str(folder)!r} ({error}).")
+        wrapped.errno = error.errno
+        raise wrapped from error
+
+
 def write_atomically(path: Path, write: Callable[[IO[bytes]], object], what: str = "file") -> None:
     """Write ``path`` with ``write(handle)`` through a synced temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         with os.fdopen(fd, "wb") as handle:
             write(handle)

@@ -351,12 +351,14 @@ def delete_checkpoints(names: Iterable[str], folder: PathLike, suffix: str | int
         []
     """
     for name in names:
-        with contextlib.suppress(FileNotFoundError):
-            checkpoint_path(folder, name, suffix).unlink()
+        path = checkpoint_path(folder, name, suffix)
+        if path.is_file() or path.is_symlink():  # never a folder named like a checkpoint
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
 def saved_epochs(folder: PathLike, name: str, tag: str = "") -> list[int]:
-    """Epochs ``E`` for which ``<name>_<tag><E>.pth`` exists in ``folder``, ascending.
+    """Epochs ``E`` for which the file ``<name>_<tag><E>.pth`` exists in ``folder``, ascending.
 
     Example:
         >>> import tempfile
@@ -371,7 +373,8 @@ def saved_epochs(folder: PathLike, name: str, tag: str = "") -> list[int]:
         return []
     pattern = re.compile(re.escape(f"{name}_{tag}") + r"(\d+)\.pth")
     matches = (pattern.fullmatch(p.name) for p in folder.iterdir())
-    return sorted({int(m.group(1)) for m in matches if m})
+    # Only regular files (or links to one): a folder named like a checkpoint is not one.
+    return sorted({int(m.group(1)) for m in matches if m and (folder / m.group(0)).is_file()})
 
 
 def saved_suffixes(folder: PathLike, names: Iterable[str], tag: str = "") -> list[int]:

@@ -42,6 +42,7 @@ import torch
 
 from .._validation import invalid
 from ..errors import BackendNotInstalledError, FileWriteError, InvalidStepError, InvalidTypeError
+from ._atomic import make_folder
 from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file
 from ._records_db import SET_ASIDE, UPSERT, is_file_failure, open_database, sqlite_error
 
@@ -93,6 +94,7 @@ class SQLiteManager:
 
     Raises:
         CorruptFileError: ``path`` exists but is not a readable SQLite database.
+        FileWriteError: the folder of ``path`` cannot be created (a file has its name).
 
     Example:
         >>> import tempfile, os
@@ -104,7 +106,7 @@ class SQLiteManager:
 
     def __init__(self, path: PathLike) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path.parent, "folder of the records database")
         self._conn: sqlite3.Connection | None = open_database(self.path)
         self._finalizer = weakref.finalize(self, self._conn.close)
 
@@ -332,7 +334,7 @@ class RecordKeeper:
         tensorboard_writer: Any = None,
     ) -> None:
         self.csv_folder = Path(csv_folder)
-        self.csv_folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.csv_folder, "CSV folder")
         self.sqlite_manager = sqlite_manager or SQLiteManager(self.csv_folder / "records.db")
         self.tensorboard_writer = tensorboard_writer
         self._pending: list[Record] = []
@@ -378,7 +380,8 @@ class RecordKeeper:
             step_name: the header of the step column in the CSV files.
 
         Raises:
-            InvalidTypeError: a value is not a real number.
+            InvalidTypeError: a value is not a real number (then nothing of ``records``
+                is queued).
             InvalidStepError: ``step`` is not an int (also a ``ValueError``).
         """
         step = _check_step(step)
@@ -386,9 +389,10 @@ class RecordKeeper:
             if not isinstance(text, str):
                 raise invalid(param, _OWNER, "a str", text, InvalidTypeError)
         now = time.time()
+        # Every value is checked before any is queued: a bad one queues nothing.
+        queued = [Record(group, str(k), step, _to_value(k, v), now) for k, v in records.items()]
         self._step_names.setdefault(group, step_name)
-        for name, value in records.items():
-            self._pending.append(Record(group, str(name), step, _to_value(name, value), now))
+        self._pending.extend(queued)
 
     def save_records(self) -> None:
         """Write the queued records: SQLite in one transaction, then the CSV files, then

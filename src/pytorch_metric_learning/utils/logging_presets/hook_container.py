@@ -20,7 +20,12 @@ from ..checkpoints import (
 )
 from ..record_keeping import RecordKeeper
 from ._rank import is_main_process
-from ._resume import find_resume_point, set_aside_after, set_aside_everything
+from ._resume import (
+    check_no_best_set,
+    find_resume_point,
+    set_aside_after,
+    set_aside_everything,
+)
 from .metric_keys import is_better, numeric_accuracies, resolve_metric_key
 
 __all__ = ["HookContainer"]
@@ -288,8 +293,9 @@ class HookContainer:
             trainer: a trainer or :class:`TrainingState`; its objects are loaded in place.
             model_folder: where the checkpoints are.
             device: ``map_location`` for ``torch.load`` (default ``"cpu"``).
-            start_fresh: set aside every checkpoint in ``model_folder`` and every record
-                of this container, and start at epoch 1.
+            start_fresh: set aside every checkpoint in ``model_folder`` (the files
+                ``<name>_<epoch>.pth`` and ``<name>_best<epoch>.pth``) and every record of
+                this container, and start at epoch 1.
 
         Returns:
             The saved epoch plus one; 1 when nothing was saved.
@@ -327,12 +333,21 @@ class HookContainer:
 
         The best epoch is the one the records name when its set is complete; otherwise
         the newest complete best set.
+
+        Raises:
+            ResumeError: no complete best set exists although some of the objects have
+                best checkpoints (an object was added), or the records name a best epoch
+                (a typo in ``model_folder``). Nothing is loaded.
+            CorruptFileError: a file of the best set cannot be read (names the file).
         """
         objects = self._saveable(trainer)
         epochs = saved_suffixes(model_folder, objects, tag="best")
-        if not epochs:
-            return None
         best = self._best_for(self.validation_split_name)
+        if not epochs:
+            check_no_best_set(
+                objects, model_folder, best[0] if best and self.do_save_models else None
+            )
+            return None
         epoch = best[0] if best is not None and best[0] in epochs else epochs[-1]
         load_checkpoints(objects, model_folder, f"best{epoch}", device or "cpu")
         return epoch
