@@ -1,0 +1,137 @@
+"""Odd model and record folders, found by running the training loop as a user would.
+
+Each test builds the odd folder for real (a folder named like a checkpoint, another
+project's weights, a file where a folder should be) and asserts what the user relies on:
+no file of theirs moves or disappears, the saved state loads, and errors are the library's
+own, naming the path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hook_fakes import ScriptedTester, folder_snapshot, make_trainer
+
+from pytorch_metric_learning.errors import FileWriteError, PMLError, ResumeError
+from pytorch_metric_learning.utils import logging_presets
+from pytorch_metric_learning.utils.record_keeping import RecordKeeper
+
+ACCS = {1: 0.1, 2: 0.3, 3: 0.2, 4: 0.25, 5: 0.4}
+
+
+class Run:
+    """One training process writing to ``root/logs`` and ``root/models``."""
+
+    def __init__(self, root: Path, model_folder: Path | None = None, **kwargs: object) -> None:
+        self.model_folder = model_folder or root / "models"
+        record_keeper, _, _ = logging_presets.get_record_keeper(root / "logs")
+        self.hooks = logging_presets.get_hook_container(record_keeper)
+        self.tester = ScriptedTester(ACCS, end_of_testing_hook=self.hooks.end_of_testing_hook)
+        hook = self.hooks.end_of_epoch_hook(self.tester, {"val": None}, self.model_folder)
+        self.trainer = make_trainer(
+            end_of_iteration_hook=self.hooks.end_of_iteration_hook,
+            end_of_epoch_hook=hook,
+            **kwargs,
+        )
+
+    def resume(self) -> int:
+        return self.hooks.load_latest_saved_models(self.trainer, self.model_folder)
+
+
+def test_folders_named_like_checkpoints_are_not_loaded_pruned_or_moved(tmp_path: Path) -> None:
+    first = Run(tmp_path)
+    first.trainer.train(num_epochs=2)
+    weights_at_2 = first.tester.snapshots[2]["weight"]
+    names = ["trunk", "embedder", "trunk_optimizer", "embedder_optimizer"]
+    for name in names:  # a newer "set" that is only folders, and one named like an old file
+        (first.model_folder / f"{name}_9.pth").mkdir()
+    (first.model_folder / "trunk_1.pth").mkdir()
+    # New records (no validation epochs recorded): every set in the folder is a candidate.
+    second = Run(tmp_path / "elsewhere", model_folder=first.model_folder)
+    assert second.resume() == 3
+    assert torch.equal(second.trainer.models["trunk"].weight, weights_at_2)
+    second.trainer.train(start_epoch=3, num_epochs=4)  # saves and prunes around the folders
+    assert (first.model_folder / "trunk_1.pth").is_dir()
+    assert all((first.model_folder / f"{name}_9.pth").is_dir() for name in names)
+    assert (first.model_folder / "trunk_4.pth").is_file()
+
+
+def test_other_weights_in_the_model_folder_are_left_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    theirs = folder / "pretrained_backbone.pth"
+    torch.save({"w": torch.ones(3)}, theirs)
+    precious = theirs.read_bytes()
+    run = Run(tmp_path)
+    assert run.resume() == 1  # not a checkpoint of this run: no ResumeError
+    run.trainer.train(num_epochs=2)
+    assert run.resume() == 3
+    assert run.hooks.load_latest_saved_models(run.trainer, folder, start_fresh=True) == 1
+    assert theirs.read_bytes() == precious  # start_fresh moved this run's files, not theirs
+    assert not list(folder.glob("trunk_*.pth"))
+
+
+def test_a_file_where_the_record_folder_should_be(tmp_path: Path) -> None:
+    blocker = tmp_path / "logs"
+    blocker.write_text("my notes")
+    for make in (lambda: RecordKeeper(blocker), lambda: logging_presets.get_record_keeper(blocker)):
+        with pytest.raises(FileWriteError, match="logs"):
+            make()
+    with pytest.raises(FileWriteError, match="logs"):
+        RecordKeeper(blocker / "sub")
+    assert blocker.read_text() == "my notes"
+
+
+def test_a_file_where_the_model_folder_should_be(tmp_path: Path) -> None:
+    blocker = tmp_path / "models"
+    blocker.write_text("my notes")
+    run = Run(tmp_path)
+    with pytest.raises(FileWriteError, match="models") as caught:
+        run.trainer.train(num_epochs=1)
+    assert isinstance(caught.value, OSError)
+    assert blocker.read_text() == "my notes"
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_load_best_refuses_when_an_object_has_no_best_checkpoint(tmp_path: Path) -> None:
+    first = Run(tmp_path)
+    first.trainer.train(num_epochs=3)
+    before = folder_snapshot(tmp_path)
+    trunk = first.trainer.models["trunk"]
+    weights = trunk.weight.detach().clone()
+    scheduler = torch.optim.lr_scheduler.StepLR(first.trainer.optimizers["trunk_optimizer"], 2)
+    state = logging_presets.TrainingState(
+        models=first.trainer.models,
+        optimizers=first.trainer.optimizers,
+        lr_schedulers={"trunk_scheduler": scheduler},
+    )
+    with pytest.raises(ResumeError, match="trunk_scheduler") as caught:
+        first.hooks.load_best_saved_models(state, first.model_folder)
+    assert str(first.model_folder) in str(caught.value)
+    assert torch.equal(trunk.weight, weights)
+    assert folder_snapshot(tmp_path) == before
+    # Loading a subset (the models alone, for inference) is fine.
+    models_only = logging_presets.TrainingState(models=first.trainer.models)
+    assert first.hooks.load_best_saved_models(models_only, first.model_folder) == 2
+    assert torch.equal(trunk.weight, first.tester.snapshots[2]["weight"])
+
+
+def test_load_best_from_a_mistyped_folder_refuses(tmp_path: Path) -> None:
+    first = Run(tmp_path)
+    first.trainer.train(num_epochs=3)
+    typo = tmp_path / "modles"
+    with pytest.raises(ResumeError, match="modles") as caught:
+        first.hooks.load_best_saved_models(first.trainer, typo)
+    assert "epoch 2" in str(caught.value)
+    assert not typo.exists()
+
+
+def test_a_bad_value_queues_none_of_the_records(tmp_path: Path) -> None:
+    keeper = RecordKeeper(tmp_path)
+    with pytest.raises(PMLError, match="records"):
+        keeper.update_records({"loss": 0.5, "acc": "high"}, 1, "g")
+    keeper.update_records({"loss": 0.25}, 2, "g")
+    keeper.save_records()
+    assert keeper.history("g") == ([2], {"loss": [0.25]})
