@@ -230,20 +230,31 @@ def load_checkpoints(
         True
     """
     saveable = _saveable(objects)
-    apply_checkpoints(saveable, read_checkpoints(saveable, folder, suffix, map_location))
+    files = {name: checkpoint_path(folder, name, suffix) for name in saveable}
+    apply_checkpoints(saveable, read_checkpoints(saveable, folder, suffix, map_location), files)
     logger.info("Loaded the checkpoints %s_%s.pth from %s", list(saveable), suffix, folder)
 
 
-def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[str, Any]]) -> None:
+def apply_checkpoints(
+    objects: Mapping[str, Any],
+    states: Mapping[str, Mapping[str, Any]],
+    files: Mapping[str, PathLike] | None = None,
+) -> None:
     """Load ``states[name]`` into each object: all of them, or (on an error) none.
 
     Models and optimizers are checked against their state first (parameter names and
     shapes, parameter groups), so they need no backup copy; other objects (schedulers,
     say) are small and are copied, to be put back if a later object refuses its state.
 
+    Args:
+        objects: the objects to load, by name.
+        states: their state dicts, by name.
+        files: the file each state was read from, by name, for the error messages.
+
     Raises:
-        CorruptFileError: a state does not fit its object; the objects already loaded are
-            put back (the message names any that could not be).
+        CorruptFileError: a state does not fit its object (the message names the file);
+            the objects already loaded are put back (the message names any that could
+            not be).
 
     Example:
         >>> source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
@@ -253,7 +264,7 @@ def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[s
     """
     saveable = _saveable(objects)
     for name, obj in saveable.items():
-        _check_fits(name, obj, states[name])
+        _check_fits(_label(name, files), obj, states[name])
     # Unchecked objects first, each with a backup: if one refuses, only they need undoing.
     order = sorted(saveable, key=lambda name: _is_checked(saveable[name]))
     done: list[tuple[str, Any]] = []
@@ -267,11 +278,17 @@ def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[s
                 obj.load_state_dict(backup)
             changed = _undo(done, saveable)
             raise CorruptFileError(
-                f"The saved state of {name!r} does not fit that object "
+                f"The saved state of {_label(name, files)} does not fit that object "
                 f"({type(error).__name__}: {error}); "
                 + (f"the objects {changed} stay loaded." if changed else "no object was changed.")
             ) from error
         done.append((name, backup))
+
+
+def _label(name: str, files: Mapping[str, PathLike] | None) -> str:
+    """``'trunk'``, or ``'trunk' (file 'models/trunk_3.pth')`` when the file is known."""
+    path = (files or {}).get(name)
+    return repr(name) if path is None else f"{name!r} (file {str(path)!r})"
 
 
 def _undo(done: list[tuple[str, Any]], objects: Mapping[str, Any]) -> list[str]:
@@ -289,7 +306,7 @@ def _is_checked(obj: Any) -> bool:
     return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer))
 
 
-def _check_fits(name: str, obj: Any, state: Mapping[str, Any]) -> None:
+def _check_fits(label: str, obj: Any, state: Mapping[str, Any]) -> None:
     """Raise CorruptFileError when a model's or optimizer's state cannot load into it."""
     problem = None
     if isinstance(obj, torch.nn.Module):
@@ -309,7 +326,7 @@ def _check_fits(name: str, obj: Any, state: Mapping[str, Any]) -> None:
             problem = f"parameter groups of sizes {saved}, the optimizer's are {sizes}"
     if problem:
         raise CorruptFileError(
-            f"The saved state of {name!r} does not fit that object ({problem}); "
+            f"The saved state of {label} does not fit that object ({problem}); "
             "no object was changed."
         )
 

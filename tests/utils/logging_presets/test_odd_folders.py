@@ -135,3 +135,17 @@ def test_a_bad_value_queues_none_of_the_records(tmp_path: Path) -> None:
     keeper.update_records({"loss": 0.25}, 2, "g")
     keeper.save_records()
     assert keeper.history("g") == ([2], {"loss": [0.25]})
+
+
+def test_resuming_a_changed_model_names_the_file_and_changes_nothing(tmp_path: Path) -> None:
+    first = Run(tmp_path)
+    first.trainer.train(num_epochs=2)
+    before = folder_snapshot(tmp_path)
+    wider = torch.nn.Linear(6, 5)  # the saved trunk is Linear(6, 4)
+    weights = wider.weight.detach().clone()
+    second = Run(tmp_path, models={"trunk": wider, "embedder": torch.nn.Linear(5, 3)})
+    for load in (second.hooks.load_latest_saved_models, second.hooks.load_best_saved_models):
+        with pytest.raises(PMLError, match="trunk_(best)?2.pth"):
+            load(second.trainer, second.model_folder)
+        assert torch.equal(wider.weight, weights)
+    assert folder_snapshot(tmp_path) == before

@@ -11,6 +11,7 @@ from ..._validation import check_positive_int, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..checkpoints import (
     apply_checkpoints,
+    checkpoint_path,
     delete_checkpoints,
     load_checkpoints,
     save_checkpoints,
@@ -318,7 +319,8 @@ class HookContainer:
         recorded = self.record_keeper.history(group, [])[0]
         point = find_resume_point(list(objects), model_folder, recorded, device or "cpu")
         if point.epoch:
-            apply_checkpoints(objects, point.states)
+            files = {name: checkpoint_path(model_folder, name, point.suffix) for name in objects}
+            apply_checkpoints(objects, point.states, files)
         self._best.clear()
         if self.do_save_models and is_main_process():
             prefix = self.accuracy_group_name("")
@@ -344,9 +346,8 @@ class HookContainer:
         epochs = saved_suffixes(model_folder, objects, tag="best")
         best = self._best_for(self.validation_split_name)
         if not epochs:
-            check_no_best_set(
-                objects, model_folder, best[0] if best and self.do_save_models else None
-            )
+            recorded = best[0] if best and self.do_save_models else None
+            check_no_best_set(list(objects), model_folder, recorded)
             return None
         epoch = best[0] if best is not None and best[0] in epochs else epochs[-1]
         load_checkpoints(objects, model_folder, f"best{epoch}", device or "cpu")
