@@ -1,6 +1,6 @@
 """Write a file so that a reader sees the old version or the new one, never half of either.
 
-The bytes go to a temporary file ``.<name>.<8 hex digits>.tmp`` in the target's folder
+The bytes go to a temporary file ``.<name>.<8 lowercase hex digits>.tmp`` in the target's folder
 (created with mode 0o666, so the umask applies exactly as for ``open``), are flushed and
 fsynced, and the temporary file is renamed over the target with :func:`os.replace`, which
 is atomic on POSIX and Windows. On any failure the temporary file is removed and the
@@ -27,7 +27,7 @@ __all__ = ["write_atomically", "fsync_folder", "remove_leftovers", "write_error"
 
 logger = logging.getLogger(__name__)
 
-_LEFTOVER = re.compile(r"\.(?P<target>.+)\.[A-Za-z0-9_]{8}\.tmp")
+_LEFTOVER = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{8}\.tmp")  # secrets.token_hex(4)
 
 
 def write_error(path: Path, error: BaseException, what: str = "file") -> FileWriteError:

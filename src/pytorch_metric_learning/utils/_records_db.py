@@ -47,7 +47,10 @@ UPSERT = (
 def open_database(path: Path) -> sqlite3.Connection:
     """A connection in WAL mode: a commit is atomic and survives a crash of the process
     without an fsync per commit (a power cut may lose the last commits, never the file)."""
-    conn = sqlite3.connect(path, timeout=30)
+    try:
+        conn = sqlite3.connect(path, timeout=30)
+    except sqlite3.Error as error:  # a folder of that name, a dangling link, ...
+        raise sqlite_error(path, error) from error
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")

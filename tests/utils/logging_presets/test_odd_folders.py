@@ -149,3 +149,27 @@ def test_resuming_a_changed_model_names_the_file_and_changes_nothing(tmp_path: P
             load(second.trainer, second.model_folder)
         assert torch.equal(wider.weight, weights)
     assert folder_snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "make_odd", [Path.mkdir, lambda p: p.symlink_to(p.parent / "gone" / "x.db")]
+)
+def test_a_records_database_that_cannot_be_opened(tmp_path: Path, make_odd: object) -> None:
+    database = tmp_path / "logs" / "records.db"
+    database.parent.mkdir()
+    make_odd(database)  # type: ignore[operator]
+    with pytest.raises(FileWriteError, match="records.db"):
+        logging_presets.get_record_keeper(tmp_path / "logs")
+
+
+def test_only_our_own_temporary_files_are_cleaned(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run.trainer.train(num_epochs=1)
+    folder = run.model_folder
+    ours = folder / ".trunk_1.pth.0a1b2c3d.tmp"  # what a save killed by SIGKILL leaves
+    theirs = [folder / ".trunk_1.pth.backup01.tmp", folder / ".trunk_1.pth.tmp"]
+    for path in [ours, *theirs]:
+        path.write_bytes(b"partial")
+    run.trainer.train(start_epoch=2, num_epochs=2)
+    assert not ours.exists()
+    assert all(path.read_bytes() == b"partial" for path in theirs)
