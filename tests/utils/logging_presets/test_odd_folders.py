@@ -48,14 +48,43 @@ def test_folders_named_like_checkpoints_are_not_loaded_pruned_or_moved(tmp_path:
     for name in names:  # a newer "set" that is only folders, and one named like an old file
         (first.model_folder / f"{name}_9.pth").mkdir()
     (first.model_folder / "trunk_1.pth").mkdir()
-    # New records (no validation epochs recorded): every set in the folder is a candidate.
-    second = Run(tmp_path / "elsewhere", model_folder=first.model_folder)
+    second = Run(tmp_path)
     assert second.resume() == 3
     assert torch.equal(second.trainer.models["trunk"].weight, weights_at_2)
     second.trainer.train(start_epoch=3, num_epochs=4)  # saves and prunes around the folders
     assert (first.model_folder / "trunk_1.pth").is_dir()
     assert all((first.model_folder / f"{name}_9.pth").is_dir() for name in names)
     assert (first.model_folder / "trunk_4.pth").is_file()
+    # A new run whose model folder holds only folders named like checkpoints: no set.
+    only_folders = tmp_path / "only_folders"
+    for name in names:
+        (only_folders / f"{name}_3.pth").mkdir(parents=True)
+    assert Run(tmp_path / "new", model_folder=only_folders).resume() == 1
+
+
+def test_a_mistyped_record_folder_refuses_instead_of_forgetting_the_best(tmp_path: Path) -> None:
+    first = Run(tmp_path)
+    first.trainer.train(num_epochs=4)  # best epoch 2, latest 4
+    before = folder_snapshot(tmp_path / "models")
+    typo = Run(tmp_path / "lgos", model_folder=first.model_folder)
+    with pytest.raises(ResumeError, match="no validation") as caught:
+        typo.resume()
+    assert "[2, 4]" in str(caught.value) and str(first.model_folder) in str(caught.value)
+    assert folder_snapshot(tmp_path / "models") == before
+
+
+def test_an_uncommitted_first_save_is_set_aside(tmp_path: Path) -> None:
+    first = Run(tmp_path / "killed")
+    first.trainer.train(num_epochs=1)
+    # As if killed after epoch 1's checkpoints, before its records: a new record folder.
+    files = {p.name: p.read_bytes() for p in first.model_folder.glob("*.pth")}
+    second = Run(tmp_path / "restarted", model_folder=first.model_folder)
+    with pytest.warns(RuntimeWarning, match="epoch 1"):
+        assert second.resume() == 1
+    moved = {p.name: p.read_bytes() for p in first.model_folder.glob("superseded/*/*.pth")}
+    assert moved == files
+    second.trainer.train(num_epochs=2)
+    assert second.hooks.get_accuracy_history(second.tester, "val")["epoch"] == [1, 2]
 
 
 def test_other_weights_in_the_model_folder_are_left_alone(tmp_path: Path) -> None:

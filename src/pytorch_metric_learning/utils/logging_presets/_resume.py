@@ -72,13 +72,16 @@ def find_resume_point(
         map_location: passed to ``torch.load``.
 
     Raises:
-        ResumeError: the folder holds other objects than ``names``; or records or
-            complete sets exist but no set is committed and loadable.
+        ResumeError: the folder holds other objects than ``names``; or records exist
+            but no set is committed and loadable; or complete sets of several epochs
+            exist but no records.
     """
     files = epoch_files(folder)
     _check_same_objects(names, files, folder)
     candidates = _complete_sets(names, folder)
-    committed = [c for c in candidates if not recorded or c[0] in recorded]
+    if candidates and not recorded:
+        return _without_records(folder, candidates)
+    committed = [c for c in candidates if c[0] in recorded]
     for epoch, suffix in committed:
         try:
             return ResumePoint(epoch, suffix, read_checkpoints(names, folder, suffix, map_location))
@@ -177,6 +180,29 @@ def _check_same_objects(names: Sequence[str], files: Sequence[Path], folder: Pat
         f"no object in the training state (file names without the epoch): {others}. "
         "Give the training state the objects of the saved run. " + _FRESH
     )
+
+
+def _without_records(folder: PathLike, candidates: Sequence[tuple[int, str]]) -> ResumePoint:
+    """Checkpoints but no validation records: the save of the first validated epoch was
+    interrupted before its commit (one epoch: its files are uncommitted, set aside by the
+    caller, and training starts over), or the records are elsewhere (a typo in the record
+    folder): resuming would then forget the best epoch and prune its checkpoint."""
+    epochs = sorted({epoch for epoch, _ in candidates})
+    if len(epochs) > 1:
+        raise ResumeError(
+            f"Cannot resume from the model folder {str(folder)!r}: it has complete "
+            f"checkpoint sets of epochs {epochs}, but the records hold no validation "
+            "results, so the best epoch is unknown. Check the record folder (a typo gives "
+            "empty records), record_group_name_prefix and validation_split_name. " + _FRESH
+        )
+    message = (
+        f"The checkpoints of epoch {epochs[0]} in {str(folder)!r} have no validation "
+        "records (a save interrupted before its commit): they are set aside, and "
+        "training starts at epoch 1."
+    )
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    logger.warning(message)
+    return ResumePoint()
 
 
 def _nothing_loadable(
