@@ -24,7 +24,7 @@ from typing import Any, Union
 import torch
 
 from .._validation import invalid
-from ..errors import CorruptFileError, InvalidTypeError
+from ..errors import CorruptFileError, FileWriteError, InvalidTypeError
 from ._atomic import fsync_folder, remove_leftovers, write_atomically
 
 __all__ = [
@@ -431,6 +431,10 @@ def set_aside(paths: Iterable[Path], folder: PathLike) -> Path | None:
     """Move ``paths`` into ``<folder>/superseded/<UTC time>/`` (nothing is deleted); return
     that folder, or None when there was nothing to move.
 
+    Raises:
+        FileWriteError: a file could not be moved (a read-only folder, a file called
+            ``superseded``); the files not moved stay where they were.
+
     Example:
         >>> import tempfile
         >>> folder = tempfile.mkdtemp()
@@ -448,9 +452,15 @@ def set_aside(paths: Iterable[Path], folder: PathLike) -> Path | None:
         if not target.exists():
             break
         target = Path(folder) / "superseded" / f"{stamp}-{attempt}"
-    target.mkdir(parents=True)
-    for path in paths:
-        os.replace(path, target / path.name)
+    try:
+        target.mkdir(parents=True)
+        for path in paths:
+            os.replace(path, target / path.name)
+    except OSError as error:
+        raise FileWriteError(
+            f"Could not move superseded checkpoint files of {str(folder)!r} to "
+            f"{str(target)!r} ({error}); the files not moved are where they were."
+        ) from error
     fsync_folder(Path(folder))
     logger.warning("Moved %d superseded checkpoint files to %s", len(paths), target)
     return target

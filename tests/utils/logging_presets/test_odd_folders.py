@@ -202,3 +202,17 @@ def test_only_our_own_temporary_files_are_cleaned(tmp_path: Path) -> None:
     run.trainer.train(start_epoch=2, num_epochs=2)
     assert not ours.exists()
     assert all(path.read_bytes() == b"partial" for path in theirs)
+
+
+def test_a_file_named_superseded_stops_resume_with_our_error(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run.trainer.train(num_epochs=4)
+    blocker = run.model_folder / "superseded"
+    blocker.write_text("my notes")
+    with pytest.raises(FileWriteError, match="superseded"):
+        run.hooks.load_latest_saved_models(run.trainer, run.model_folder, start_fresh=True)
+    assert blocker.read_text() == "my notes"
+    assert sorted(p.name for p in run.model_folder.glob("trunk_[0-9b]*.pth")) == [
+        "trunk_4.pth",
+        "trunk_best2.pth",
+    ]
