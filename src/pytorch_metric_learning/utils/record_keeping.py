@@ -415,9 +415,14 @@ class RecordKeeper:
         except BaseException:
             self._pending = pending + self._pending
             raise
-        self._sync_csv(pending, rebuild)
-        if self.tensorboard_writer is not None and pending:
-            for r in pending:
+        try:
+            self._sync_csv(pending, rebuild)
+        finally:  # in SQLite now: TensorBoard gets them even if a CSV file failed
+            self._to_tensorboard(pending)
+
+    def _to_tensorboard(self, records: Sequence[Record]) -> None:
+        if self.tensorboard_writer is not None and records:
+            for r in records:
                 self.tensorboard_writer.add_scalar(f"{r.group}/{r.name}", r.value, r.step)
             self.tensorboard_writer.flush()
 
