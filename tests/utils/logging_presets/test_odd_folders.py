@@ -14,7 +14,12 @@ import pytest
 import torch
 from hook_fakes import ScriptedTester, folder_snapshot, make_trainer
 
-from pytorch_metric_learning.errors import FileWriteError, PMLError, ResumeError
+from pytorch_metric_learning.errors import (
+    FileWriteError,
+    InvalidArgumentError,
+    PMLError,
+    ResumeError,
+)
 from pytorch_metric_learning.utils import logging_presets
 from pytorch_metric_learning.utils.record_keeping import RecordKeeper
 
@@ -216,3 +221,20 @@ def test_a_file_named_superseded_stops_resume_with_our_error(tmp_path: Path) -> 
         "trunk_4.pth",
         "trunk_best2.pth",
     ]
+
+
+@pytest.mark.parametrize("device", ["nonsense", pytest.param("cuda", id="cuda")])
+def test_a_device_this_machine_lacks_is_not_called_a_damaged_checkpoint(
+    tmp_path: Path, device: str
+) -> None:
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    run = Run(tmp_path)
+    run.trainer.train(num_epochs=2)
+    before = folder_snapshot(tmp_path)
+    for load in (run.hooks.load_latest_saved_models, run.hooks.load_best_saved_models):
+        with pytest.raises(InvalidArgumentError, match="'device'") as caught:
+            load(run.trainer, run.model_folder, device)
+        assert "damaged" not in str(caught.value)
+    assert folder_snapshot(tmp_path) == before
+    assert run.resume() == 3  # the checkpoints were fine all along

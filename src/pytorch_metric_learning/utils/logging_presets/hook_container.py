@@ -7,8 +7,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Union
 
+import torch
+
 from ..._validation import check_positive_int, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
+from ...evaluation._calculator_checks import check_device
 from ..checkpoints import (
     apply_checkpoints,
     checkpoint_path,
@@ -36,6 +39,16 @@ logger = logging.getLogger(__name__)
 PathLike = Union[str, "os.PathLike[str]"]
 Best = tuple[int, float]
 _OWNER = "HookContainer"
+
+
+def _map_location(device: Any, owner: str) -> Any:
+    """``device`` for ``torch.load``: "cpu" for None; a device this machine lacks ("cuda"
+    without CUDA, a typo) is refused here, not reported later as a damaged checkpoint."""
+    if device is None:
+        return "cpu"
+    if isinstance(device, (str, int, torch.device)) and not isinstance(device, bool):
+        return check_device(device, owner)
+    return device  # a mapping or a function, as torch.load accepts
 
 
 def _check_patience(patience: Any) -> int | None:
@@ -302,11 +315,14 @@ class HookContainer:
             The saved epoch plus one; 1 when nothing was saved.
 
         Raises:
+            InvalidArgumentError: ``device`` is not a device of this machine (``"cuda"``
+                without CUDA, a misspelt name).
             ResumeError: the saved objects are not the trainer's (one missing or extra),
                 or records exist but no loadable checkpoint set matches them (a typo in
                 ``model_folder``, every set damaged). Nothing is loaded or changed.
         """
         objects = self._saveable(trainer)
+        device = _map_location(device, "HookContainer.load_latest_saved_models")
         if start_fresh:
             self._best.clear()
             if is_main_process():
@@ -317,7 +333,7 @@ class HookContainer:
             return 1
         group = self.accuracy_group_name(self.validation_split_name)
         recorded = self.record_keeper.history(group, [])[0]
-        point = find_resume_point(list(objects), model_folder, recorded, device or "cpu")
+        point = find_resume_point(list(objects), model_folder, recorded, device)
         if point.epoch:
             files = {name: checkpoint_path(model_folder, name, point.suffix) for name in objects}
             apply_checkpoints(objects, point.states, files)
@@ -337,12 +353,14 @@ class HookContainer:
         the newest complete best set.
 
         Raises:
+            InvalidArgumentError: ``device`` is not a device of this machine.
             ResumeError: no complete best set exists although some of the objects have
                 best checkpoints (an object was added), or the records name a best epoch
                 (a typo in ``model_folder``). Nothing is loaded.
             CorruptFileError: a file of the best set cannot be read (names the file).
         """
         objects = self._saveable(trainer)
+        device = _map_location(device, "HookContainer.load_best_saved_models")
         epochs = saved_suffixes(model_folder, objects, tag="best")
         best = self._best_for(self.validation_split_name)
         if not epochs:
@@ -350,7 +368,7 @@ class HookContainer:
             check_no_best_set(list(objects), model_folder, recorded)
             return None
         epoch = best[0] if best is not None and best[0] in epochs else epochs[-1]
-        load_checkpoints(objects, model_folder, f"best{epoch}", device or "cpu")
+        load_checkpoints(objects, model_folder, f"best{epoch}", device)
         return epoch
 
     def save_models(
