@@ -1,6 +1,6 @@
 """Write a file so that a reader sees the old version or the new one, never half of either.
 
-The bytes go to a temporary file ``.<name>.<8 hex digits>.tmp`` in the target's folder
+The bytes go to a temporary file ``.<name>.<8 lowercase hex digits>.tmp`` in the target's folder
 (same file system; created with mode 0o666, so the umask applies exactly as for ``open``),
 are flushed and fsynced, and the temporary file is renamed over the target with
 :func:`os.replace`, which is atomic on POSIX and Windows. On any failure the temporary
@@ -28,6 +28,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "fsync_folder",
+    "make_folder",
     "remove_leftovers",
     "write_atomically",
     "write_error",
@@ -35,7 +36,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_LEFTOVER = re.compile(r"\.(?P<target>.+)\.[A-Za-z0-9_]{8}\.tmp")
+_LEFTOVER = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{8}\.tmp")  # secrets.token_hex(4)
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> Path:
@@ -80,6 +81,17 @@ def write_error(path: Path, error: BaseException, what: str = "file") -> FileWri
     )
     wrapped.errno = getattr(error, "errno", None)
     return wrapped
+
+
+def make_folder(folder: Path, what: str = "folder") -> None:
+    """Create ``folder`` (and its parents) if needed; a failure (a file of that name, a
+    read-only parent) is raised as :class:`FileWriteError` naming the folder."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        wrapped = FileWriteError(f"Could not create the {what} {str(folder)!r} ({error}).")
+        wrapped.errno = error.errno
+        raise wrapped from error
 
 
 def write_atomically(path: Path, write: Callable[[IO[bytes]], object], what: str = "file") -> None:

@@ -158,3 +158,36 @@ def test_a_csv_file_deleted_by_hand_comes_back_whole(tmp_path: Path) -> None:
     keeper.save_records()
     assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")
     assert len(csv_rows(tmp_path)) == 10
+
+
+class ScalarLog:
+    """Records what a TensorBoard ``SummaryWriter`` would be given."""
+
+    def __init__(self) -> None:
+        self.scalars: list[tuple[str, float, int]] = []
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.append((tag, value, step))
+
+    def flush(self) -> None:
+        pass
+
+
+def test_tensorboard_gets_the_records_even_when_a_csv_write_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = ScalarLog()
+    keeper = RecordKeeper(tmp_path, tensorboard_writer=log)
+    keeper.update_records({"loss": 0.5}, 1, "g")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EIO, "simulated I/O error")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", broken)  # the new CSV file cannot be put in place
+        with pytest.raises(FileWriteError, match="loss.csv"):
+            keeper.save_records()
+    keeper.update_records({"loss": 0.25}, 2, "g")
+    keeper.save_records()
+    assert log.scalars == [("g/loss", 0.5, 1), ("g/loss", 0.25, 2)]  # each once
+    assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")

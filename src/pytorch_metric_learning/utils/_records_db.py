@@ -5,6 +5,7 @@ naming it. SQL mistakes are not translated: they are bugs, not bad files."""
 from __future__ import annotations
 
 import errno
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -46,7 +47,10 @@ UPSERT = (
 def open_database(path: Path) -> sqlite3.Connection:
     """A connection in WAL mode: a commit is atomic and survives a crash of the process
     without an fsync per commit (a power cut may lose the last commits, never the file)."""
-    conn = sqlite3.connect(path, timeout=30)
+    try:
+        conn = sqlite3.connect(path, timeout=30)
+    except sqlite3.Error as error:  # a folder of that name, a dangling link, ...
+        raise sqlite_error(path, error) from error
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -62,6 +66,7 @@ def open_database(path: Path) -> sqlite3.Connection:
 # SQLite result codes (the low byte of sqlite_errorcode) that mean the file, not the SQL.
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _FILE_CODES = {5, 6, 8, 10, 13, 14, *_CORRUPT_CODES}  # BUSY, LOCKED, READONLY, IOERR, FULL, ...
+_NEARLY_FULL = 1 << 20  # bytes
 _FILE_MESSAGES = ("not a database", "malformed", "disk is full", "disk i/o", "readonly")
 
 
@@ -82,7 +87,19 @@ def sqlite_error(path: Path, error: sqlite3.Error) -> Exception:
             f"The records database {str(path)!r} cannot be read ({error}); it is damaged or "
             "not a SQLite file. Move it aside (or pass another folder) to keep new records."
         )
+    full = code == 13 or "full" in text or (code == 10 and _nearly_full(path))
+    if full and "full" not in text:
+        error = sqlite3.OperationalError(f"{error}: the disk is full")
     wrapped = write_error(path, error, "records database")
-    if code == 13 or "full" in text:
+    if full:
         wrapped.errno = errno.ENOSPC
     return wrapped
+
+
+def _nearly_full(path: Path) -> bool:
+    """Whether the disk of ``path`` is (nearly) full: in WAL mode SQLite reports a full
+    disk as a generic I/O error when it cannot grow its shared-memory file."""
+    try:
+        return shutil.disk_usage(path.parent).free < _NEARLY_FULL
+    except OSError:
+        return False

@@ -25,7 +25,7 @@ import torch
 
 from .._atomic import fsync_folder, remove_leftovers, write_atomically
 from .._validation import invalid
-from ..errors import CorruptFileError, InvalidTypeError
+from ..errors import CorruptFileError, FileWriteError, InvalidTypeError
 
 __all__ = [
     "checkpoint_path",
@@ -230,20 +230,31 @@ def load_checkpoints(
         True
     """
     saveable = _saveable(objects)
-    apply_checkpoints(saveable, read_checkpoints(saveable, folder, suffix, map_location))
+    files = {name: checkpoint_path(folder, name, suffix) for name in saveable}
+    apply_checkpoints(saveable, read_checkpoints(saveable, folder, suffix, map_location), files)
     logger.info("Loaded the checkpoints %s_%s.pth from %s", list(saveable), suffix, folder)
 
 
-def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[str, Any]]) -> None:
+def apply_checkpoints(
+    objects: Mapping[str, Any],
+    states: Mapping[str, Mapping[str, Any]],
+    files: Mapping[str, PathLike] | None = None,
+) -> None:
     """Load ``states[name]`` into each object: all of them, or (on an error) none.
 
     Models and optimizers are checked against their state first (parameter names and
     shapes, parameter groups), so they need no backup copy; other objects (schedulers,
     say) are small and are copied, to be put back if a later object refuses its state.
 
+    Args:
+        objects: the objects to load, by name.
+        states: their state dicts, by name.
+        files: the file each state was read from, by name, for the error messages.
+
     Raises:
-        CorruptFileError: a state does not fit its object; the objects already loaded are
-            put back (the message names any that could not be).
+        CorruptFileError: a state does not fit its object (the message names the file);
+            the objects already loaded are put back (the message names any that could
+            not be).
 
     Example:
         >>> source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
@@ -253,7 +264,7 @@ def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[s
     """
     saveable = _saveable(objects)
     for name, obj in saveable.items():
-        _check_fits(name, obj, states[name])
+        _check_fits(_label(name, files), obj, states[name])
     # Unchecked objects first, each with a backup: if one refuses, only they need undoing.
     order = sorted(saveable, key=lambda name: _is_checked(saveable[name]))
     done: list[tuple[str, Any]] = []
@@ -267,11 +278,17 @@ def apply_checkpoints(objects: Mapping[str, Any], states: Mapping[str, Mapping[s
                 obj.load_state_dict(backup)
             changed = _undo(done, saveable)
             raise CorruptFileError(
-                f"The saved state of {name!r} does not fit that object "
+                f"The saved state of {_label(name, files)} does not fit that object "
                 f"({type(error).__name__}: {error}); "
                 + (f"the objects {changed} stay loaded." if changed else "no object was changed.")
             ) from error
         done.append((name, backup))
+
+
+def _label(name: str, files: Mapping[str, PathLike] | None) -> str:
+    """``'trunk'``, or ``'trunk' (file 'models/trunk_3.pth')`` when the file is known."""
+    path = (files or {}).get(name)
+    return repr(name) if path is None else f"{name!r} (file {str(path)!r})"
 
 
 def _undo(done: list[tuple[str, Any]], objects: Mapping[str, Any]) -> list[str]:
@@ -289,7 +306,7 @@ def _is_checked(obj: Any) -> bool:
     return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer))
 
 
-def _check_fits(name: str, obj: Any, state: Mapping[str, Any]) -> None:
+def _check_fits(label: str, obj: Any, state: Mapping[str, Any]) -> None:
     """Raise CorruptFileError when a model's or optimizer's state cannot load into it."""
     problem = None
     if isinstance(obj, torch.nn.Module):
@@ -309,7 +326,7 @@ def _check_fits(name: str, obj: Any, state: Mapping[str, Any]) -> None:
             problem = f"parameter groups of sizes {saved}, the optimizer's are {sizes}"
     if problem:
         raise CorruptFileError(
-            f"The saved state of {name!r} does not fit that object ({problem}); "
+            f"The saved state of {label} does not fit that object ({problem}); "
             "no object was changed."
         )
 
@@ -351,12 +368,14 @@ def delete_checkpoints(names: Iterable[str], folder: PathLike, suffix: str | int
         []
     """
     for name in names:
-        with contextlib.suppress(FileNotFoundError):
-            checkpoint_path(folder, name, suffix).unlink()
+        path = checkpoint_path(folder, name, suffix)
+        if path.is_file() or path.is_symlink():  # never a folder named like a checkpoint
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
 def saved_epochs(folder: PathLike, name: str, tag: str = "") -> list[int]:
-    """Epochs ``E`` for which ``<name>_<tag><E>.pth`` exists in ``folder``, ascending.
+    """Epochs ``E`` for which the file ``<name>_<tag><E>.pth`` exists in ``folder``, ascending.
 
     Example:
         >>> import tempfile
@@ -371,7 +390,8 @@ def saved_epochs(folder: PathLike, name: str, tag: str = "") -> list[int]:
         return []
     pattern = re.compile(re.escape(f"{name}_{tag}") + r"(\d+)\.pth")
     matches = (pattern.fullmatch(p.name) for p in folder.iterdir())
-    return sorted({int(m.group(1)) for m in matches if m})
+    # Only regular files (or links to one): a folder named like a checkpoint is not one.
+    return sorted({int(m.group(1)) for m in matches if m and (folder / m.group(0)).is_file()})
 
 
 def saved_suffixes(folder: PathLike, names: Iterable[str], tag: str = "") -> list[int]:
@@ -411,6 +431,10 @@ def set_aside(paths: Iterable[Path], folder: PathLike) -> Path | None:
     """Move ``paths`` into ``<folder>/superseded/<UTC time>/`` (nothing is deleted); return
     that folder, or None when there was nothing to move.
 
+    Raises:
+        FileWriteError: a file could not be moved (a read-only folder, a file called
+            ``superseded``); the files not moved stay where they were.
+
     Example:
         >>> import tempfile
         >>> folder = tempfile.mkdtemp()
@@ -428,9 +452,15 @@ def set_aside(paths: Iterable[Path], folder: PathLike) -> Path | None:
         if not target.exists():
             break
         target = Path(folder) / "superseded" / f"{stamp}-{attempt}"
-    target.mkdir(parents=True)
-    for path in paths:
-        os.replace(path, target / path.name)
+    try:
+        target.mkdir(parents=True)
+        for path in paths:
+            os.replace(path, target / path.name)
+    except OSError as error:
+        raise FileWriteError(
+            f"Could not move superseded checkpoint files of {str(folder)!r} to "
+            f"{str(target)!r} ({error}); the files not moved are where they were."
+        ) from error
     fsync_folder(Path(folder))
     logger.warning("Moved %d superseded checkpoint files to %s", len(paths), target)
     return target

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple, Union
 
 import torch
 
+from .._atomic import make_folder
 from .._validation import invalid
 from ..errors import BackendNotInstalledError, FileWriteError, InvalidStepError, InvalidTypeError
 from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file
@@ -93,6 +94,7 @@ class SQLiteManager:
 
     Raises:
         CorruptFileError: ``path`` exists but is not a readable SQLite database.
+        FileWriteError: the folder of ``path`` cannot be created (a file has its name).
 
     Example:
         >>> import tempfile, os
@@ -104,7 +106,7 @@ class SQLiteManager:
 
     def __init__(self, path: PathLike) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path.parent, "folder of the records database")
         self._conn: sqlite3.Connection | None = open_database(self.path)
         self._finalizer = weakref.finalize(self, self._conn.close)
 
@@ -332,7 +334,7 @@ class RecordKeeper:
         tensorboard_writer: Any = None,
     ) -> None:
         self.csv_folder = Path(csv_folder)
-        self.csv_folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.csv_folder, "CSV folder")
         self.sqlite_manager = sqlite_manager or SQLiteManager(self.csv_folder / "records.db")
         self.tensorboard_writer = tensorboard_writer
         self._pending: list[Record] = []
@@ -378,7 +380,8 @@ class RecordKeeper:
             step_name: the header of the step column in the CSV files.
 
         Raises:
-            InvalidTypeError: a value is not a real number.
+            InvalidTypeError: a value is not a real number (then nothing of ``records``
+                is queued).
             InvalidStepError: ``step`` is not an int (also a ``ValueError``).
         """
         step = _check_step(step)
@@ -386,9 +389,10 @@ class RecordKeeper:
             if not isinstance(text, str):
                 raise invalid(param, _OWNER, "a str", text, InvalidTypeError)
         now = time.time()
+        # Every value is checked before any is queued: a bad one queues nothing.
+        queued = [Record(group, str(k), step, _to_value(k, v), now) for k, v in records.items()]
         self._step_names.setdefault(group, step_name)
-        for name, value in records.items():
-            self._pending.append(Record(group, str(name), step, _to_value(name, value), now))
+        self._pending.extend(queued)
 
     def save_records(self) -> None:
         """Write the queued records: SQLite in one transaction, then the CSV files, then
@@ -411,9 +415,14 @@ class RecordKeeper:
         except BaseException:
             self._pending = pending + self._pending
             raise
-        self._sync_csv(pending, rebuild)
-        if self.tensorboard_writer is not None and pending:
-            for r in pending:
+        try:
+            self._sync_csv(pending, rebuild)
+        finally:  # in SQLite now: TensorBoard gets them even if a CSV file failed
+            self._to_tensorboard(pending)
+
+    def _to_tensorboard(self, records: Sequence[Record]) -> None:
+        if self.tensorboard_writer is not None and records:
+            for r in records:
                 self.tensorboard_writer.add_scalar(f"{r.group}/{r.name}", r.value, r.step)
             self.tensorboard_writer.flush()
 

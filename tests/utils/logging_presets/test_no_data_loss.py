@@ -149,7 +149,7 @@ def test_defect7_files_follow_the_umask(tmp_path: Path) -> None:
 def test_defect7_leftover_temp_files_are_removed_by_the_next_save(trained: Path) -> None:
     leftovers = [
         trained / "models" / ".trunk_6.pth.0a1b2c3d.tmp",
-        trained / "models" / ".trunk_best7.pth.abcd_123.tmp",
+        trained / "models" / ".trunk_best7.pth.abcd0123.tmp",
         trained
         / "logs"
         / "accuracies_val"

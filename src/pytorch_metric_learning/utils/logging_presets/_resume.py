@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any, Union
 
 from ...errors import CorruptFileError, ResumeError
-from ..checkpoints import checkpoint_files, read_checkpoints, saved_suffixes, set_aside
+from ..checkpoints import (
+    checkpoint_files,
+    read_checkpoints,
+    saved_epochs,
+    saved_suffixes,
+    set_aside,
+)
 from ..record_keeping import RecordKeeper
 
 __all__ = [
@@ -30,6 +36,8 @@ __all__ = [
     "files_after",
     "set_aside_after",
     "set_aside_everything",
+    "epoch_files",
+    "check_no_best_set",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,17 +72,20 @@ def find_resume_point(
         map_location: passed to ``torch.load``.
 
     Raises:
-        ResumeError: the folder holds other objects than ``names``; or records or
-            complete sets exist but no set is committed and loadable.
+        ResumeError: the folder holds other objects than ``names``; or records exist
+            but no set is committed and loadable; or complete sets of several epochs
+            exist but no records.
     """
-    files = checkpoint_files(folder)
+    files = epoch_files(folder)
     _check_same_objects(names, files, folder)
     candidates = _complete_sets(names, folder)
-    committed = [c for c in candidates if not recorded or c[0] in recorded]
+    if candidates and not recorded:
+        return _without_records(folder, candidates)
+    committed = [c for c in candidates if c[0] in recorded]
     for epoch, suffix in committed:
         try:
             return ResumePoint(epoch, suffix, read_checkpoints(names, folder, suffix, map_location))
-        except (CorruptFileError, FileNotFoundError) as error:
+        except (CorruptFileError, OSError) as error:
             message = f"Skipping the checkpoint set of epoch {epoch} ({suffix}): {error}"
             warnings.warn(message, RuntimeWarning, stacklevel=3)
             logger.warning(message)
@@ -106,12 +117,34 @@ def set_aside_after(
 
 def set_aside_everything(keeper: RecordKeeper, prefix: str, folder: PathLike) -> None:
     """What ``start_fresh=True`` does: every record of the groups starting with ``prefix``
-    and every checkpoint file of ``folder`` move aside."""
+    and every checkpoint file of ``folder`` named by an epoch move aside."""
     for group in keeper.groups():
         if group.startswith(prefix):
             keeper.set_aside_after(group, None)
-    set_aside(checkpoint_files(folder), folder)
+    set_aside(epoch_files(folder), folder)
     logger.info("Starting fresh: earlier checkpoints and records were set aside")
+
+
+def check_no_best_set(names: Sequence[str], folder: PathLike, recorded_best: int | None) -> None:
+    """Raise ResumeError when ``folder`` has no complete best set of ``names`` although
+    best checkpoints of some of them exist, or the records name a best epoch."""
+    owners = sorted(n for n in names if saved_epochs(folder, n, tag="best"))
+    if not owners and recorded_best is None:
+        return
+    found = f"best checkpoints of {owners} only" if owners else "no best checkpoint"
+    raise ResumeError(
+        f"Cannot load the best model from the model folder {str(folder)!r}: it has {found}, "
+        f"so no complete best set of the objects {list(names)}"
+        + ("" if recorded_best is None else f" (the records name epoch {recorded_best} best)")
+        + ". Check the folder name and the objects given. Nothing was loaded."
+    )
+
+
+def epoch_files(folder: PathLike) -> list[Path]:
+    """The checkpoint files of ``folder`` named by an epoch (``<name>_<E>.pth``,
+    ``<name>_best<E>.pth``): other ``.pth`` files (pretrained weights kept in the same
+    folder, say) are not a run's checkpoints, so resume ignores them and never moves them."""
+    return [p for p in checkpoint_files(folder) if _EPOCH.fullmatch(p.name)]
 
 
 def _complete_sets(names: Sequence[str], folder: PathLike) -> list[tuple[int, str]]:
@@ -147,6 +180,29 @@ def _check_same_objects(names: Sequence[str], files: Sequence[Path], folder: Pat
         f"no object in the training state (file names without the epoch): {others}. "
         "Give the training state the objects of the saved run. " + _FRESH
     )
+
+
+def _without_records(folder: PathLike, candidates: Sequence[tuple[int, str]]) -> ResumePoint:
+    """Checkpoints but no validation records: the save of the first validated epoch was
+    interrupted before its commit (one epoch: its files are uncommitted, set aside by the
+    caller, and training starts over), or the records are elsewhere (a typo in the record
+    folder): resuming would then forget the best epoch and prune its checkpoint."""
+    epochs = sorted({epoch for epoch, _ in candidates})
+    if len(epochs) > 1:
+        raise ResumeError(
+            f"Cannot resume from the model folder {str(folder)!r}: it has complete "
+            f"checkpoint sets of epochs {epochs}, but the records hold no validation "
+            "results, so the best epoch is unknown. Check the record folder (a typo gives "
+            "empty records), record_group_name_prefix and validation_split_name. " + _FRESH
+        )
+    message = (
+        f"The checkpoints of epoch {epochs[0]} in {str(folder)!r} have no validation "
+        "records (a save interrupted before its commit): they are set aside, and "
+        "training starts at epoch 1."
+    )
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    logger.warning(message)
+    return ResumePoint()
 
 
 def _nothing_loadable(

@@ -7,10 +7,14 @@ import os
 from collections.abc import Mapping, Sequence, Set
 from typing import Any, Callable, Union
 
+import torch
+
 from ..._validation import check_positive_int, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
+from ...evaluation._calculator_checks import check_device
 from ..checkpoints import (
     apply_checkpoints,
+    checkpoint_path,
     delete_checkpoints,
     load_checkpoints,
     save_checkpoints,
@@ -21,7 +25,12 @@ from ..checkpoints import (
 from ..record_keeping import RecordKeeper
 from ._hooks_2x import HookContainer2xMethods
 from ._rank import is_main_process
-from ._resume import find_resume_point, set_aside_after, set_aside_everything
+from ._resume import (
+    check_no_best_set,
+    find_resume_point,
+    set_aside_after,
+    set_aside_everything,
+)
 from .metric_keys import is_better, numeric_accuracies, resolve_metric_key
 
 __all__ = ["HookContainer"]
@@ -31,6 +40,16 @@ logger = logging.getLogger(__name__)
 PathLike = Union[str, "os.PathLike[str]"]
 Best = tuple[int, float]
 _OWNER = "HookContainer"
+
+
+def _map_location(device: Any, owner: str) -> Any:
+    """``device`` for ``torch.load``: "cpu" for None; a device this machine lacks ("cuda"
+    without CUDA, a typo) is refused here, not reported later as a damaged checkpoint."""
+    if device is None:
+        return "cpu"
+    if isinstance(device, (str, int, torch.device)) and not isinstance(device, bool):
+        return check_device(device, owner)
+    return device  # a mapping or a function, as torch.load accepts
 
 
 def _check_patience(patience: Any) -> int | None:
@@ -303,14 +322,17 @@ class HookContainer(HookContainer2xMethods):
             device: ``map_location`` for ``torch.load`` (default ``"cpu"``).
             best: load the best checkpoint instead (as 2.x's ``best=True``), through
                 :meth:`load_best_saved_models`, and set nothing aside.
-            start_fresh: set aside every checkpoint in ``model_folder`` and every record
-                of this container, and start at epoch 1.
+            start_fresh: set aside every checkpoint in ``model_folder`` (the files
+                ``<name>_<epoch>.pth`` and ``<name>_best<epoch>.pth``) and every record of
+                this container, and start at epoch 1.
 
         Returns:
             The saved epoch plus one (the best epoch plus one with ``best=True``); 1 when
             nothing was saved.
 
         Raises:
+            InvalidArgumentError: ``device`` is not a device of this machine (``"cuda"``
+                without CUDA, a misspelt name).
             ResumeError: the saved objects are not the trainer's (one missing or extra),
                 or records exist but no loadable checkpoint set matches them (a typo in
                 ``model_folder``, every set damaged). Nothing is loaded or changed.
@@ -320,6 +342,7 @@ class HookContainer(HookContainer2xMethods):
                 raise invalid("best", "load_latest_saved_models", "False with start_fresh", best)
             return (self.load_best_saved_models(trainer, model_folder, device) or 0) + 1
         objects = self._saveable(trainer)
+        device = _map_location(device, "HookContainer.load_latest_saved_models")
         if start_fresh:
             self._best.clear()
             if is_main_process():
@@ -330,9 +353,10 @@ class HookContainer(HookContainer2xMethods):
             return 1
         group = self.accuracy_group_name(self.validation_split_name)
         recorded = self.record_keeper.history(group, [])[0]
-        point = find_resume_point(list(objects), model_folder, recorded, device or "cpu")
+        point = find_resume_point(list(objects), model_folder, recorded, device)
         if point.epoch:
-            apply_checkpoints(objects, point.states)
+            files = {name: checkpoint_path(model_folder, name, point.suffix) for name in objects}
+            apply_checkpoints(objects, point.states, files)
         self._best.clear()
         if self.do_save_models and is_main_process():
             prefix = self.accuracy_group_name("")
@@ -347,14 +371,24 @@ class HookContainer(HookContainer2xMethods):
 
         The best epoch is the one the records name when its set is complete; otherwise
         the newest complete best set.
+
+        Raises:
+            InvalidArgumentError: ``device`` is not a device of this machine.
+            ResumeError: no complete best set exists although some of the objects have
+                best checkpoints (an object was added), or the records name a best epoch
+                (a typo in ``model_folder``). Nothing is loaded.
+            CorruptFileError: a file of the best set cannot be read (names the file).
         """
         objects = self._saveable(trainer)
+        device = _map_location(device, "HookContainer.load_best_saved_models")
         epochs = saved_suffixes(model_folder, objects, tag="best")
-        if not epochs:
-            return None
         best = self._best_for(self.validation_split_name)
+        if not epochs:
+            recorded = best[0] if best and self.do_save_models else None
+            check_no_best_set(list(objects), model_folder, recorded)
+            return None
         epoch = best[0] if best is not None and best[0] in epochs else epochs[-1]
-        load_checkpoints(objects, model_folder, f"best{epoch}", device or "cpu")
+        load_checkpoints(objects, model_folder, f"best{epoch}", device)
         return epoch
 
     def save_models(
