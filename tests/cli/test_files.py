@@ -255,7 +255,7 @@ def test_the_demo_refuses_a_file_as_its_folder(cli, tmp_path: Path) -> None:
 
 def test_leftovers_of_a_killed_write_are_removed_by_the_next_save(cli, files) -> None:
     folder = files["out"].parent
-    leftover = folder / ".results.json.k1ll3d00.tmp"
+    leftover = folder / ".results.json.deadbeef.tmp"
     leftover.write_text('{"half": ')
     unrelated = folder / ".other.json.abc.tmp"
     unrelated.write_text("not ours to remove")

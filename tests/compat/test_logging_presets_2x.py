@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
 from pytorch_metric_learning import testers, trainers
-from pytorch_metric_learning.errors import InvalidArgumentError, MetricNotRecordedError
+from pytorch_metric_learning.errors import (
+    InvalidArgumentError,
+    MetricNotRecordedError,
+    ResumeError,
+)
 from pytorch_metric_learning.utils import logging_presets
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
@@ -187,10 +191,14 @@ def test_load_latest_saved_models_best(run):
         hooks.load_latest_saved_models(trainer, run.folder, best=True, start_fresh=True)
 
 
-def test_load_latest_saved_models_best_with_nothing_saved(run, tmp_path):
+def test_load_latest_saved_models_best_from_a_folder_without_the_recorded_best(run, tmp_path):
+    # The records name epoch 2 best, but the folder holds no checkpoint (a mistyped
+    # folder, say): refuse rather than silently start over.
     empty = tmp_path / "nothing_here"
     empty.mkdir()
-    assert run.hooks.load_latest_saved_models(run.trainer, str(empty), best=True) == 1
+    with pytest.raises(ResumeError, match="nothing_here"):
+        run.hooks.load_latest_saved_models(run.trainer, str(empty), best=True)
+    assert list(empty.iterdir()) == []
 
 
 def test_run_tester_separately(run):
