@@ -70,6 +70,7 @@ def test_core_backend_row(cli) -> None:
         "version": __version__,
         "status": "ok",
         "error": "",
+        "advice": "",
     }
 
 
@@ -86,6 +87,19 @@ def test_broken_plugin_is_shown_with_its_error(cli, fake_plugins: Path) -> None:
     assert "fake_means" in result.out.split("k-means backends")[1]
     assert "backend(s) not ok" in result.err.splitlines()[-1]
     assert "the search failed: NotImplementedError" in ok_line_of(result.out, "fake_ok")
+
+
+def test_misspelled_entry_point_keeps_the_registry_advice(cli, fake_plugins: Path) -> None:
+    typo = "[pytorch_metric_learning.knn_backends]\nfake_typo = fake_pml_ok:Backnd\n"
+    add_distribution(
+        fake_plugins, "fake-typo-plugin", "0.1.0", typo, {"fake_pml_ok": WORKING_SOURCE}
+    )
+    result = cli("backends")
+    assert result.code == 0
+    assert ok_line_of(result.out, "fake_typo").split()[3:5] == ["not", "ok"]
+    advice = next(line for line in result.err.splitlines() if line.startswith("fake_typo: "))
+    assert "Backnd" in advice and "fake-typo-plugin" in advice
+    assert "Reinstall" not in advice
 
 
 def test_statuses_as_data(fake_plugins: Path) -> None:

@@ -11,6 +11,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from ..errors import PMLError
 from ..evaluation.registry import BackendInfo, backend_info, load_kmeans_func, load_knn_func
 from ._backend_check import kmeans_problem, knn_problem
 from ._commands import COMMANDS
@@ -38,6 +39,8 @@ class BackendStatus:
         status: ``"ok"`` when it imports, builds with its defaults and (when checked)
             passes a tiny search through the contract checks; else ``"not ok"``.
         error: Why it is not ok (``""`` when it is).
+        advice: The library's whole message when it diagnosed the failure (a misspelled
+            entry point, a factory of the wrong shape, ...), else ``""``.
     """
 
     kind: str
@@ -46,6 +49,7 @@ class BackendStatus:
     version: str
     status: str
     error: str
+    advice: str = ""
 
 
 def backend_statuses(kind: str, check: bool = True) -> list[BackendStatus]:
@@ -60,10 +64,12 @@ def backend_statuses(kind: str, check: bool = True) -> list[BackendStatus]:
 
 def _status(kind: str, info: BackendInfo, check: bool) -> BackendStatus:
     versions = [distribution_version(name) for name in info.distributions]
+    advice = ""
     try:
         backend = _LOADERS[kind](info.name)
     except Exception as error:  # a broken plugin must not break the listing
         reason = _reason(error)
+        advice = " ".join(str(error).split()) if isinstance(error, PMLError) else ""
     else:
         reason = _CHECKS[kind](backend) if check else ""
     return BackendStatus(
@@ -73,6 +79,7 @@ def _status(kind: str, info: BackendInfo, check: bool) -> BackendStatus:
         version=", ".join(version for version in versions if version),
         status="not ok" if reason else "ok",
         error=reason,
+        advice=advice if advice != reason else "",
     )
 
 
@@ -116,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
             args.output, {kind: [asdict(row) for row in found] for kind, found in rows.items()}
         )
     failing = sum(row.status != "ok" for found in rows.values() for row in found)
+    for row in (row for found in rows.values() for row in found if row.advice):
+        print(f"{row.name}: {row.advice}", file=sys.stderr)
     if failing:
         print(f"{failing} backend(s) not ok; the status column says why.", file=sys.stderr)
     return 0
