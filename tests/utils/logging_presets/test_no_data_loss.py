@@ -11,10 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from crash_harness import Run, assert_csv_matches_sqlite, assert_recovered, assert_state_is_epoch
-from hook_fakes import folder_snapshot
+from crash_harness import (
+    Run,
+    accuracy,
+    assert_csv_matches_sqlite,
+    assert_recovered,
+    assert_state_is_epoch,
+)
+from hook_fakes import PRIMARY_KEY, ScriptedTester, folder_snapshot
 
 from pytorch_metric_learning.errors import CorruptFileError, PMLError, ResumeError
+from pytorch_metric_learning.utils import logging_presets
 from pytorch_metric_learning.utils.checkpoints import load_checkpoints, save_checkpoints
 
 
@@ -225,3 +232,25 @@ def test_a_scheduler_that_refuses_its_state_puts_everything_back(tmp_path: Path)
         load_checkpoints({"trunk": target, "z": Picky()}, tmp_path, 1)
     # The model was loaded first, then put back when the scheduler refused.
     assert torch.equal(target.weight, weight)
+
+
+def test_changed_primary_metric_keeps_the_best_saved_under_the_old_one(trained: Path) -> None:
+    # The first run chose its best (epoch 3) by MAP@R; the resumed run ranks by a metric the
+    # old records lack, so nothing says the old best is worse: its checkpoint must stay.
+    old_best = sorted(p.name for p in (trained / "models").glob("*_best3.pth"))
+    assert old_best
+    run = Run(trained)
+    run.hooks = logging_presets.get_hook_container(
+        run.keeper, log_freq=1, primary_metric="mean_reciprocal_rank"
+    )
+    run.tester = ScriptedTester(
+        lambda e: {PRIMARY_KEY: accuracy(e), "mean_reciprocal_rank_level0": 0.5}
+    )
+    run.end_of_epoch = run.hooks.end_of_epoch_hook(run.tester, {"val": None}, run.model_folder)
+    assert run.resume() == 7
+    run.epoch(7)
+    run.epoch(8)
+    run.close()
+    kept = sorted(p.name for p in (trained / "models").glob("*_best3.pth"))
+    assert kept == old_best
+    assert list((trained / "models").glob("*_best7.pth"))  # the new metric's best

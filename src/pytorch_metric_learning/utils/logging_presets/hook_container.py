@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence, Set
 from typing import Any, Callable, Union
@@ -420,10 +421,22 @@ class HookContainer(HookContainer2xMethods):
         best = self._best_for(self.validation_split_name)
         best_epoch = epoch if is_new_best else (best[0] if best else None)
         best_is_saved = best_epoch in saved_suffixes(model_folder, objects, "best")
+        # A best set is removed only when the records show it is worse under the current
+        # primary metric: one saved under another metric (changed on resume) is kept.
+        scored = self._scored_epochs(self.validation_split_name) if best_is_saved else set()
         for name in objects:
             self._prune(name, model_folder, "", lambda e: e != epoch)
             if best_is_saved:
-                self._prune(name, model_folder, "best", lambda e: e != best_epoch)
+                self._prune(name, model_folder, "best", lambda e: e != best_epoch and e in scored)
+
+    def _scored_epochs(self, split_name: str) -> set[int]:
+        """Epochs whose records hold a value of the primary metric."""
+        group = self.accuracy_group_name(split_name)
+        key = resolve_metric_key(self.primary_metric, self.record_keeper.names(group))
+        if key is None:
+            return set()
+        epochs, values = self.record_keeper.history(group, [key])
+        return {e for e, v in zip(epochs, values[key]) if v is not None and not math.isnan(v)}
 
     # ------------------------------------------------------------------ internals
     def _check_validation_setup(
