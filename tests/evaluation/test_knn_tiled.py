@@ -18,7 +18,7 @@ from pytorch_metric_learning.distances import (
     LpDistance,
     SNRDistance,
 )
-from pytorch_metric_learning.evaluation import CustomKNN
+from pytorch_metric_learning.evaluation import CustomKNN, _topk
 from pytorch_metric_learning.evaluation._running_topk import GROUP, RunningTopK
 from pytorch_metric_learning.evaluation._tiled_search import SquaredEuclidean, search_symmetric
 
@@ -66,7 +66,10 @@ def assert_top_k(values, indices, table, k, largest=False, rtol=0.0):
 @st.composite
 def chunked_matrix(draw):
     rows = draw(st.integers(1, 9))
-    widths = draw(st.lists(st.integers(1, 3 * GROUP + 5), min_size=1, max_size=6))
+    # Narrow chunks are compared entry by entry; 64 columns and more go through both
+    # levels of group minima (with a ragged rest when not a multiple of 64).
+    width = st.one_of(st.integers(1, 3 * GROUP + 5), st.integers(64, 700))
+    widths = draw(st.lists(width, min_size=1, max_size=4))
     k = draw(st.integers(1, sum(widths)))
     levels = draw(st.sampled_from([3, 50, 10_000]))  # few levels: many exact ties
     seed = draw(st.integers(0, 2**31 - 1))
@@ -90,6 +93,44 @@ def test_running_topk_equals_topk_with_ties(problem) -> None:
         start += width
     values, indices = state.finish()
     assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), k)
+
+
+@st.composite
+def wide_matrix(draw):
+    """Rows wide enough for the two-level threshold, with k small or large against them."""
+    rows = draw(st.integers(1, 12))
+    width = draw(st.integers(1, 4000))
+    k = draw(st.integers(1, max(1, min(width, draw(st.sampled_from([3, 40, 4000]))))))
+    levels = draw(st.sampled_from([3, 50, 10_000]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    matrix = torch.randint(0, levels, (rows, width), generator=generator).float()
+    return matrix, k, draw(st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=wide_matrix())
+def test_threshold_topk_equals_sorting_with_ties(problem) -> None:
+    matrix, k, largest = problem
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_topk, "_ROWS", 5)  # several row blocks
+        values, indices = _topk.topk(matrix, k, largest)
+    assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), k, largest=largest)
+
+
+def test_threshold_topk_takes_the_threshold_path_on_wide_rows() -> None:
+    matrix = torch.randn(3, 5000, generator=torch.Generator().manual_seed(2))
+    assert _topk._fanout(5000, 10) == 16 and _topk._fanout(5000, 200) == 0
+    values, indices = _topk.topk(matrix, 10, largest=False)
+    assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), 10)
+
+
+def test_threshold_topk_with_nan_orders_as_torch_topk() -> None:
+    matrix = torch.randn(4, 5000, generator=torch.Generator().manual_seed(3))
+    matrix[1, ::7] = torch.nan
+    expected = torch.topk(matrix, 10, dim=1, largest=False)
+    values, indices = _topk.topk(matrix, 10, largest=False)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
 
 
 def test_running_topk_rows_fed_in_any_order() -> None:

@@ -1,23 +1,35 @@
 """Per-row k smallest values of a matrix offered in chunks, with a running bound.
 
-Each row keeps a buffer of candidates and a bound that at least k of them do not exceed,
-so nothing at or above it can enter the row's top k. A new chunk is reduced to the minimum
-of each group of ``GROUP`` columns (strided, so the reduction is vectorized); a group whose
-minimum is not below the bound is discarded with that one comparison, as faiss's heaps
-discard most candidates. Survivors are appended to the buffer; a full buffer is cut back to
-its k best with ``torch.topk``, which tightens the bound. A row without a bound yet gets one
-from its first chunk: the k-th smallest group minimum, below which lie at least k values.
+Each row keeps a buffer of candidates and a bound that at least k of its values do not
+exceed, so nothing at or above it can enter the row's top k. A chunk is reduced twice to
+group minima: level 1 takes the minimum of each ``GROUP`` strided columns, level 2 the
+minimum of each ``GROUP`` strided level-1 groups (reductions along the memory layout,
+several times cheaper than any selection). Only the level-2 groups whose minimum beats the
+bound are opened, then only their level-1 groups that beat it, then only those elements: as
+faiss's heaps do, one comparison discards most candidates. Survivors are appended to the
+buffer; a full buffer is cut back to its k best with ``torch.topk``, which tightens the
+bound. A row without a bound yet gets one from its first chunk: the k-th smallest group
+minimum of the coarsest level with at least k groups (each group minimum is a value of the
+row, so at least k values lie at or below it).
 Exact: only values that cannot be in the top k are ever dropped; ``finish`` sorts the rest,
 so the result equals ``torch.topk`` up to the order of ties.
 """
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import torch
 
 __all__ = ["GROUP", "RunningTopK"]
 
+Found = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+BoundOf = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
+
 GROUP = 8
+# Columns a chunk needs for the two-level reduction; the rest is compared one by one.
+_BLOCK = GROUP * GROUP
 
 
 class RunningTopK:
@@ -45,43 +57,56 @@ class RunningTopK:
 
         ``scores`` may be any strided view (a transposed tile feeds its columns' rows).
         """
-        whole = scores.shape[1] - scores.shape[1] % GROUP
+        whole = scores.shape[1] - scores.shape[1] % _BLOCK
+        rows = slice(first_row, first_row + len(scores))
+        open_bound = partial(self._open_bound, rows)
         if whole:
-            self._push_part(first_row, scores[:, :whole], first_index, GROUP)
+            found = _survivors_grouped(scores[:, :whole], open_bound)
+            self._add(first_row, rows, *found, first_index)
         if whole < scores.shape[1]:
-            self._push_part(first_row, scores[:, whole:], first_index + whole, 1)
+            found = _survivors_plain(scores[:, whole:], open_bound)
+            self._add(first_row, rows, *found, first_index + whole)
 
     def finish(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The sorted ``(values, indices)`` of each row's k smallest candidates."""
         top = torch.topk(self.values, self.k, dim=1, largest=False, sorted=True)
         return top.values, torch.gather(self.indices, 1, top.indices)
 
-    def _push_part(
-        self, first_row: int, scores: torch.Tensor, first_index: int, group: int
-    ) -> None:
-        rows = slice(first_row, first_row + len(scores))
-        stride = scores.shape[1] // group
-        group_min = _group_min(scores, group, stride)
-        bound = self._bound_with(group_min, self.bound[rows])
-        row, column, value = _below(scores, group_min, bound, stride)
-        counts = torch.bincount(row, minlength=len(scores))
-        full = self.fill[rows] + counts > self.width
-        if bool(full.any()):
-            self._merge(first_row, full, row, column + first_index, value, counts)
-            keep = ~full[row]
-            row, column, value, counts = row[keep], column[keep], value[keep], counts * ~full
-        self._append(first_row, row, column + first_index, value, counts)
-        self.bound[rows] = torch.minimum(self.bound[rows], bound)
+    def _open_bound(self, rows: slice, levels: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The rows' bound, where still open (inf) taken from the coarsest level with k groups.
 
-    def _bound_with(self, group_min: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-        """Give open rows (no bound yet) the k-th smallest group minimum, just above."""
+        ``levels`` are the chunk's group minima, coarsest first.
+        """
+        bound = self.bound[rows]
         open_rows = torch.isinf(bound)
-        if group_min.shape[1] < self.k or not bool(open_rows.any()):
+        usable = [level for level in levels if level.shape[1] >= self.k]
+        if not usable or not bool(open_rows.any()):
             return bound
-        kth = torch.topk(group_min[open_rows], self.k, dim=1, largest=False).values[:, -1]
+        kth = torch.topk(usable[0][open_rows], self.k, dim=1, largest=False).values[:, -1]
         bound = bound.clone()
         bound[open_rows] = torch.nextafter(kth, torch.tensor(torch.inf, dtype=kth.dtype))
         return bound
+
+    def _add(
+        self,
+        first_row: int,
+        rows: slice,
+        bound: torch.Tensor,
+        row: torch.Tensor,
+        column: torch.Tensor,
+        value: torch.Tensor,
+        first_index: int,
+    ) -> None:
+        """Append row-ordered survivors, first merging the rows whose buffer would overflow."""
+        counts = torch.bincount(row, minlength=rows.stop - rows.start)
+        full = self.fill[rows] + counts > self.width
+        index = column + first_index
+        if bool(full.any()):
+            self._merge(first_row, full, row, index, value, counts)
+            keep = ~full[row]
+            row, index, value, counts = row[keep], index[keep], value[keep], counts * ~full
+        self._append(first_row, row, index, value, counts)
+        self.bound[rows] = torch.minimum(self.bound[rows], bound)
 
     def _append(
         self,
@@ -126,29 +151,63 @@ class RunningTopK:
         self.bound[target] = top.values.amax(dim=1)
 
 
-def _group_min(scores: torch.Tensor, group: int, stride: int) -> torch.Tensor:
+def _survivors_grouped(scores: torch.Tensor, open_bound: BoundOf) -> Found:
+    """``(bound, row, column, value)``: the entries below their row's bound, in row order.
+
+    ``scores`` has a multiple of ``GROUP * GROUP`` columns.
+    """
+    num_rows, width = scores.shape
+    stride1 = width // GROUP  # level-1 group j: columns j, j + stride1, ...
+    stride2 = stride1 // GROUP  # level-2 group i: level-1 groups i, i + stride2, ...
+    level1 = _group_min(scores, stride1)
+    level2 = level1.view(num_rows, GROUP, stride2).amin(dim=1)
+    bound = open_bound((level2, level1))
+    row, group2 = torch.nonzero(level2 < bound.unsqueeze(1), as_tuple=True)
+    group1 = _spread(group2, stride2)
+    hit = _hits(level1.view(-1).index_select(0, (row * stride1 + group1).view(-1)), row, bound)
+    row, group1 = _pick(row, hit), group1.view(-1)[hit]
+    column = _spread(group1, stride1)
+    value = _take(scores, row.expand_as(column), column)
+    hit = _hits(value.view(-1), row, bound)
+    return _row_order(bound, _pick(row, hit), column.view(-1)[hit], value.view(-1)[hit])
+
+
+def _survivors_plain(scores: torch.Tensor, open_bound: BoundOf) -> Found:
+    """``(bound, row, column, value)`` of a narrow chunk, compared entry by entry."""
+    bound = open_bound(())
+    row, column = torch.nonzero(scores < bound.unsqueeze(1), as_tuple=True)
+    return bound, row, column, scores[row, column]
+
+
+def _spread(first: torch.Tensor, stride: int) -> torch.Tensor:
+    """``(GROUP, len(first))`` members ``first + g * stride`` of each strided group."""
+    steps = torch.arange(GROUP, device=first.device) * stride
+    return steps.unsqueeze(1) + first.unsqueeze(0)
+
+
+def _hits(values: torch.Tensor, row: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """Flat positions in ``(GROUP, len(row))`` ``values`` below the bound of their ``row``."""
+    below = values.view(GROUP, -1) < bound.index_select(0, row).unsqueeze(0)
+    return torch.nonzero(below.view(-1)).squeeze(1)
+
+
+def _pick(row: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """The rows of flat positions in a ``(GROUP, len(row))`` spread of ``row``."""
+    return row.index_select(0, flat % max(len(row), 1))
+
+
+def _row_order(
+    bound: torch.Tensor, row: torch.Tensor, column: torch.Tensor, value: torch.Tensor
+) -> Found:
+    order = torch.argsort(row, stable=True)
+    return bound, row[order], column[order], value[order]
+
+
+def _group_min(scores: torch.Tensor, stride: int) -> torch.Tensor:
     """Minimum of columns ``f, f + stride, ...`` per row, reduced along the memory layout."""
     if scores.stride(0) == 1 and scores.stride(1) != 1:  # a transposed tile
-        return scores.T.unflatten(0, (group, stride)).amin(dim=0).T.contiguous()
-    if group == 1:
-        return scores
-    return scores.unflatten(1, (group, stride)).amin(dim=1)
-
-
-def _below(
-    scores: torch.Tensor, group_min: torch.Tensor, bound: torch.Tensor, stride: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(row, column, value)`` of the entries below their row's bound, in row order."""
-    row, first = torch.nonzero(group_min < bound.unsqueeze(1), as_tuple=True)
-    group = scores.shape[1] // stride
-    column = first.unsqueeze(1) + torch.arange(group, device=scores.device) * stride
-    value = _take(scores, row.unsqueeze(1), column)
-    hit = torch.nonzero((value < bound[row].unsqueeze(1)).view(-1)).squeeze(1)
-    return (
-        row.index_select(0, hit.div(group, rounding_mode="floor")),
-        column.view(-1).index_select(0, hit),
-        value.view(-1).index_select(0, hit),
-    )
+        return scores.T.unflatten(0, (GROUP, stride)).amin(dim=0).T.contiguous()
+    return scores.unflatten(1, (GROUP, stride)).amin(dim=1)
 
 
 def _take(scores: torch.Tensor, row: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
@@ -156,7 +215,7 @@ def _take(scores: torch.Tensor, row: torch.Tensor, column: torch.Tensor) -> torc
     offsets = row * scores.stride(0) + column * scores.stride(1)
     span = (scores.shape[0] - 1) * scores.stride(0) + (scores.shape[1] - 1) * scores.stride(1) + 1
     flat = scores.as_strided((span,), (1,))
-    return flat.index_select(0, offsets.view(-1)).view(offsets.shape)
+    return flat.index_select(0, offsets.reshape(-1)).view(offsets.shape)
 
 
 def _padded(

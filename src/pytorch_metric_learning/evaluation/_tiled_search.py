@@ -37,22 +37,30 @@ class Scorer(Protocol):
 
 
 class SquaredEuclidean:
-    """``|r|^2 - 2 q.r``, plus ``|q|^2`` when the tiles must be symmetric."""
+    """``|r|^2 - 2 q.r``, plus ``|q|^2`` when the tiles must be symmetric, as one product.
+
+    The squared norms ride along as extra columns (``[q, |q|^2, 1] . [-2r, 1, |r|^2]``), so
+    a tile is a single matrix product with no pass to add them.
+    """
 
     def __init__(self, query: torch.Tensor, ref: torch.Tensor, symmetric: bool) -> None:
-        self.query, self.ref, self.symmetric = query, ref, symmetric
-        self.query_sq = (query * query).sum(dim=1)
-        self.ref_sq = self.query_sq if ref is query else (ref * ref).sum(dim=1)
+        self.symmetric = symmetric
+        self.query_sq = (query * query).sum(dim=1, keepdim=True)
+        ref_sq = self.query_sq if ref is query else (ref * ref).sum(dim=1, keepdim=True)
+        ones = torch.ones_like(self.query_sq)
+        if symmetric:
+            self.query = torch.cat([query, self.query_sq, ones], dim=1)
+            self.ref = torch.cat([ref * -2, torch.ones_like(ref_sq), ref_sq], dim=1)
+        else:
+            self.query = torch.cat([query, ones], dim=1)
+            self.ref = torch.cat([ref * -2, ref_sq], dim=1)
 
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
-        scores = torch.addmm(
-            self.ref_sq[cols], self.query[rows], self.ref[cols].T, alpha=-2, out=out
-        )
-        return scores.add_(self.query_sq[rows].unsqueeze(1)) if self.symmetric else scores
+        return torch.mm(self.query[rows], self.ref[cols].T, out=out)
 
     def finish(self, scores: torch.Tensor) -> torch.Tensor:
         if not self.symmetric:
-            scores = scores + self.query_sq.unsqueeze(1)
+            scores = scores + self.query_sq
         return scores.clamp_min_(0)
 
 
