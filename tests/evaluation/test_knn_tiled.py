@@ -168,8 +168,10 @@ def test_symmetric_tiles_equal_brute_force(problem, tile) -> None:
 
 @pytest.fixture()
 def small_tiles(monkeypatch):
-    """Tiles of 32 x 32 distances, so that small tests cross many tiles."""
+    """Tiles of 32 x 32 distances, so that small tests cross many tiles; self-search on
+    symmetric tiles whatever k."""
     monkeypatch.setattr(knn_module, "TILE_BYTES", 32 * 32 * 8)
+    monkeypatch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0)
 
 
 @settings(max_examples=60, deadline=None)
@@ -178,10 +180,14 @@ def small_tiles(monkeypatch):
     distance_index=st.integers(0, len(FAST) - 1),
     batch_size=st.one_of(st.none(), st.integers(1, 40)),
     mode=st.sampled_from(["none", "is", "separate"]),
+    symmetric=st.booleans(),
 )
-def test_custom_knn_fast_paths_equal_brute_force(problem, distance_index, batch_size, mode) -> None:
-    knn_module.TILE_BYTES, saved = 32 * 32 * 8, knn_module.TILE_BYTES
-    try:
+def test_custom_knn_fast_paths_equal_brute_force(
+    problem, distance_index, batch_size, mode, symmetric
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(knn_module, "TILE_BYTES", 32 * 32 * 8)
+        patch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0 if symmetric else 10**9)
         query, reference, k = problem
         query = query + 0.5  # no zero rows, so cosine is defined
         reference = query if mode != "separate" else reference + 0.5
@@ -189,8 +195,6 @@ def test_custom_knn_fast_paths_equal_brute_force(problem, distance_index, batch_
         k = min(k, len(reference))
         knn = CustomKNN(distance, batch_size=batch_size)
         values, indices = knn(query, k, None if mode == "none" else reference)
-    finally:
-        knn_module.TILE_BYTES = saved
     table = brute_force_values(query, reference, distance)
     assert_top_k(values.numpy(), indices.numpy(), table, k, distance.is_inverted, rtol=1e-9)
 
@@ -204,6 +208,12 @@ def test_self_search_drops_own_index(small_tiles, distance) -> None:
     np.fill_diagonal(table, -np.inf if distance.is_inverted else np.inf)
     assert not (indices == torch.arange(150).unsqueeze(1)).any()
     assert_top_k(values.numpy(), indices.numpy(), table, k, distance.is_inverted, rtol=1e-9)
+
+
+def test_symmetric_tiles_serve_self_search_while_few_candidates_beat_the_bounds() -> None:
+    pays = knn_module._symmetric_pays
+    assert pays(1, 50_000, 4096) and pays(20, 30_000, 4096) and pays(45, 100_000, 4096)
+    assert not pays(32, 30_000, 4096) and not pays(100, 50_000, 4096) and not pays(1, 400, 32)
 
 
 def test_symmetric_equals_one_sided_on_random_float32(small_tiles) -> None:
@@ -289,7 +299,11 @@ def test_batch_size_keeps_its_block_shape_on_the_euclidean_path(monkeypatch) -> 
     knn(torch.randn(10, 3), 2, torch.randn(13, 3))
     assert shapes == [(4, 13), (4, 13), (2, 13)]
     shapes.clear()
-    knn(torch.randn(10, 3), 2)  # self-search: strips on and right of the diagonal
+    knn(torch.randn(10, 3), 2)  # self-search of a few rows: whole rows
+    assert shapes == [(4, 10), (4, 10), (2, 10)]
+    shapes.clear()
+    monkeypatch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0)
+    knn(torch.randn(10, 3), 2)  # symmetric: strips on and right of the diagonal
     assert shapes == [(4, 10), (4, 6), (2, 2)]
 
 
@@ -307,6 +321,7 @@ def test_default_tiles_follow_the_memory_budget(monkeypatch) -> None:
     knn(torch.randn(100, 3), 2, torch.randn(150, 3))  # whole rows, 27 at a time
     assert shapes == [(27, 150)] * 3 + [(19, 150)]
     shapes.clear()
+    monkeypatch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0)
     knn(torch.randn(100, 3), 2)  # self-search: 64 x 64 tiles on and above the diagonal
     assert shapes == [(64, 64), (64, 36), (36, 36)]
 

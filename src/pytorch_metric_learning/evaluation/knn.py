@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
@@ -32,9 +33,11 @@ logger = logging.getLogger(__name__)
 
 # Bytes of one tile of distances when the user sets no batch_size.
 TILE_BYTES = 64 * 2**20
-# Self-search with k up to this many runs on symmetric tiles with a running top-k; above it,
-# per-row selection costs more than the halved matrix products save (see docs/benchmarks.md).
-SYMMETRIC_MAX_K = 32
+# Self-search runs on symmetric tiles while the candidates that beat a row's running bound
+# (about k (1 + ln(n / tile side)) of them) stay under n / SYMMETRIC_ROWS_PER_CANDIDATE;
+# beyond that, handling them costs more than the halved matrix products save (fitted on the
+# crossovers measured in docs/benchmarks.md: k = 20 at n = 30,000).
+SYMMETRIC_ROWS_PER_CANDIDATE = 500
 
 
 class CustomKNN:
@@ -112,11 +115,12 @@ class CustomKNN:
             query = reference = self.distance.prepare(query, None)[0]
         else:
             query, reference, _ = self.distance.prepare(query, reference)
-        scorer = _fast_scorer(self.distance, query, reference, same and k <= SYMMETRIC_MAX_K)
+        tile = self._tile(len(reference), query.element_size())
+        symmetric = same and _symmetric_pays(k, len(reference), tile[0])
+        scorer = _fast_scorer(self.distance, query, reference, symmetric)
         if scorer is None:
             return self._search_generic(query, reference, k)
-        if same and k <= SYMMETRIC_MAX_K:
-            tile = self._tile(len(reference), query.element_size())
+        if symmetric:
             values, indices = search_symmetric(scorer, len(query), k, tile, query)
         else:
             values, indices = self._search_rows(scorer, len(query), len(reference), k, query)
@@ -229,6 +233,12 @@ def remove_self_matches(
     drop[:, -1] |= ~drop.any(dim=1)
     keep = ~drop
     return distances[keep].view(num_rows, width - 1), indices[keep].view(num_rows, width - 1)
+
+
+def _symmetric_pays(k: int, num_rows: int, tile_side: int) -> bool:
+    """Whether symmetric tiles beat whole rows for a self-search of ``num_rows`` with ``k``."""
+    candidates = k * (1 + math.log(max(num_rows / tile_side, 1.0)))
+    return candidates * SYMMETRIC_ROWS_PER_CANDIDATE <= num_rows
 
 
 def _fast_scorer(
