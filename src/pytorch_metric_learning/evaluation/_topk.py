@@ -5,8 +5,9 @@ The main part of each row is reduced to group minima twice: level 1 takes the mi
 (reductions along the memory layout, several times faster than ``torch.topk``). The k-th
 smallest level-2 minimum ``t`` is a value of the row with at least k values at or below it
 (every level-2 minimum is a distinct entry of the row), so the row's top k lie at or below
-``t``. Only the level-2 groups whose minimum is at most ``t`` are opened, then their level-1
-groups that are, then those entries: a few times k candidates per row, whose top k is the
+``t``. Only the level-2 groups whose minimum is at most ``t`` are opened (or, when k is large
+against the row, every level-1 minimum is compared), then their level-1 groups that are,
+then those entries: a few times k candidates per row, whose top k is the
 answer. The columns that do not fill a level-2 group are kept as candidates whole.
 """
 
@@ -68,8 +69,11 @@ def _threshold_topk(values: torch.Tensor, k: int, fanout: int) -> tuple[torch.Te
         whole = torch.topk(values, k, dim=1, largest=False, sorted=True)
         return whole.values, whole.indices
     bound = torch.topk(level2, k, dim=1, largest=False, sorted=False).values.amax(dim=1)
-    row, group = torch.nonzero(level2 <= bound.unsqueeze(1), as_tuple=True)
-    row, group = _open(level1, row, group, stride2, fanout, bound)
+    if fanout < _MAX_FANOUT:  # many candidates: comparing every level-1 minimum is cheaper
+        row, group = torch.nonzero(level1 <= bound.unsqueeze(1), as_tuple=True)
+    else:
+        row, group = torch.nonzero(level2 <= bound.unsqueeze(1), as_tuple=True)
+        row, group = _open(level1, row, group, stride2, fanout, bound)
     row, column = _open(values, row, group, stride1, GROUP, bound)
     candidates, index = _padded(values, row, column, rows)
     if main < width:  # the columns left over by the groups are all candidates
