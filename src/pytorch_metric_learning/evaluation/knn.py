@@ -44,10 +44,11 @@ class CustomKNN:
     """Exact k-NN search with any distance of :mod:`pytorch_metric_learning.distances`.
 
     Squared Euclidean, Euclidean, cosine and dot-product search run one matrix product per
-    tile and keep a running top-k per row (see ``_running_topk``); searching a set against
-    itself (``reference=None`` or ``reference is query``) computes each tile of the
-    symmetric distance matrix once for both its rows and its columns. Other distances run
-    through ``distance`` block by block. Embeddings too large or too small for float32
+    tile; each row's top k is selected below a threshold read off minima of column groups
+    (see ``_topk``). Searching a set against itself (``reference=None`` or ``reference is
+    query``) for few neighbours computes each tile of the symmetric distance matrix once
+    for both its rows and its columns, with a running bound per row (see
+    ``_running_topk``). Other distances run through ``distance`` block by block. Embeddings too large or too small for float32
     distances (say 1e20 or 1e-25) are searched after an exact power-of-two rescaling.
 
     Args:
