@@ -16,15 +16,19 @@ __all__ = ["TorchKMeans"]
 
 
 class TorchKMeans:
-    """Lloyd's k-means with k-means++ seeding, on the input's device.
+    """Lloyd's k-means with greedy k-means++ seeding, on the input's device.
 
     Distances to the centres are computed in blocks of rows (one GEMM each), so memory
     stays linear in the number of rows. As faiss does, training uses a uniform sample of at
     most ``max_points_per_centroid`` rows per cluster (more rows barely move the centres);
-    one assignment pass then labels every row. Seeding runs on a random subset of at most
-    ``init_size`` of those rows, which keeps its one-centre-at-a-time loop cheap. The
-    random draws come from a CPU generator, so a seed gives the same clusters on any
-    device, and the same as ``DistributedKMeans`` with that seed on one rank.
+    one assignment pass then labels the other rows. Seeding (greedy k-means++, as
+    scikit-learn's, when there are at least 4 seeding rows per cluster) runs on a random
+    subset of at most ``init_size`` of the training rows, which keeps its
+    one-centre-at-a-time loop cheap. Lloyd's iterations skip the rows whose bounds prove
+    their centre unchanged (Hamerly's bounds, kept tight by measuring the few centres that
+    moved most), so later iterations cost a fraction of a pass. The random draws come from
+    a CPU generator, so a seed gives the same clusters on any device, and the same as
+    ``DistributedKMeans`` with that seed on one rank.
 
     Args:
         n_init: Number of restarts from different seedings; the clustering with the
