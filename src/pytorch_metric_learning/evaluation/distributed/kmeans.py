@@ -50,7 +50,7 @@ class DistributedKMeans:
             (squared Euclidean), or when no assignment changes on any rank.
         seed: Seed shared by every rank; ``None`` uses one drawn on rank 0.
         init_size: Most rows gathered for seeding (``None``: every training row, on every
-            rank).
+            rank); 2048 by default, as ``TorchKMeans``.
         max_points_per_centroid: Most training rows per cluster (``None``: every row); one
             assignment pass then labels every row.
         group: The process group (``None``: the default group).
@@ -75,7 +75,7 @@ class DistributedKMeans:
         max_iter: int = 20,
         tol: float = 1e-4,
         seed: int | None = 0,
-        init_size: int | None = 16384,
+        init_size: int | None = 2048,
         max_points_per_centroid: int | None = 256,
         *,
         group: Any = None,
