@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 
 from pytorch_metric_learning.evaluation import KMeansFunc, TorchKMeans, load_kmeans_func
 from pytorch_metric_learning.evaluation import _lloyd as _lloyd_module
-from pytorch_metric_learning.evaluation._lloyd import LocalReducer, lloyd, nearest_two
+from pytorch_metric_learning.evaluation._lloyd import LocalReducer, lloyd
+from pytorch_metric_learning.evaluation._lloyd_assign import nearest_other, nearest_two
 
 
 def blobs(num_clusters, per_cluster, dims=16, spread=0.05, seed=0):
@@ -204,3 +206,55 @@ def test_training_on_a_sample_clusters_about_as_well_as_on_every_row():
             score(labels.numpy(), full), abs=0.03
         )
     assert normalized_mutual_info_score(full, sampled) > 0.85
+
+
+def test_clusters_separated_blobs_as_well_as_scikit_learn():
+    """40 well-separated blobs: greedy k-means++ seeding (on the default sample) and the bounded
+    Lloyd iterations reach scikit-learn's quality (its k-means++ and Lloyd, one run)."""
+    x, labels = blobs(40, 30, dims=16, spread=1.0, seed=6)
+    ours = TorchKMeans(seed=0)(x, 40).numpy()
+    theirs = KMeans(n_clusters=40, n_init=1, random_state=0).fit_predict(x.numpy())
+    truth = labels.numpy()
+    assert normalized_mutual_info_score(truth, ours) >= (
+        normalized_mutual_info_score(truth, theirs) - 0.01
+    )
+    assert inertia(x, torch.from_numpy(ours)) <= 1.05 * inertia(x, torch.from_numpy(theirs))
+
+
+def test_a_seed_gives_the_same_clusters_on_a_large_sampled_run():
+    """Sampling, seeding and the bounded iterations are deterministic for a seed, also
+    when the training sample, the movers and the partial passes are all in play."""
+    x, _ = gaussian_classes(64, 40, dims=24, noise=1.3, seed=9)
+    kmeans = TorchKMeans(seed=11, max_points_per_centroid=30, init_size=512)
+    first = kmeans(x, 64)
+    assert torch.equal(first, kmeans(x, 64))
+    assert torch.equal(
+        first, TorchKMeans(seed=11, max_points_per_centroid=30, init_size=512)(x, 64)
+    )
+
+
+def test_total_variance_about_a_shared_origin():
+    """Far from the origin, the float32 moments about a nearby point still give numpy's
+    float64 variance."""
+    x, _ = gaussian_classes(5, 40, dims=8, noise=2.0, seed=1)
+    x = x + 1000.0
+    expected = float(x.double().numpy().var(axis=0).sum())
+    assert _lloyd_module.total_variance(x, x[3], LocalReducer()) == pytest.approx(
+        expected, rel=1e-4
+    )
+
+
+def test_nearest_other_is_a_tight_lower_bound():
+    """The distance to the nearest of some centres other than the row's own, against a
+    float64 brute force."""
+    x, _ = blobs(6, 12, spread=3.0, seed=2)
+    centers = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(3))[:9]]
+    labels = torch.cdist(x, centers).argmin(dim=1)
+    among = torch.tensor([1, 4, 7])
+    bound = nearest_other(x, (x * x).sum(dim=1), centers, among, labels)
+    brute = torch.cdist(x.double(), centers[among].double())
+    brute[labels.unsqueeze(1) == among] = float("inf")
+    nearest = brute.min(dim=1).values
+    assert bool((bound.double() <= nearest + 1e-9).all())
+    finite = torch.isfinite(nearest)
+    assert bool((nearest[finite] - bound[finite].double() < 0.5).all())

@@ -13,7 +13,7 @@ import torch
 
 from ..._validation import check_embeddings, check_positive_int
 from ...errors import InvalidArgumentError
-from .._lloyd import Options, check_seed, checked_options, farthest_local, kmeans
+from .._lloyd import Options, check_seed, checked_options, farthest_local, kmeans, take_rows
 from ._collectives import (
     Comm,
     agree,
@@ -38,7 +38,7 @@ class DistributedKMeans:
     same options and random draws: on a group of one rank it returns exactly what
     ``TorchKMeans`` does. All ranks draw the same global row numbers (a generator seeded
     alike) for training (at most ``max_points_per_centroid`` per cluster) and for seeding
-    (at most ``init_size`` of those, gathered on every rank for k-means++). Each Lloyd
+    (at most ``init_size`` of those, gathered on every rank for greedy k-means++). Each Lloyd
     iteration all-reduces the per-cluster sums and counts (``num_clusters * (dims + 1)``
     float64 values) and the number of changed assignments, so every rank holds the same
     centres. An empty cluster moves to the row farthest from its centre among all ranks.
@@ -50,7 +50,7 @@ class DistributedKMeans:
             (squared Euclidean), or when no assignment changes on any rank.
         seed: Seed shared by every rank; ``None`` uses one drawn on rank 0.
         init_size: Most rows gathered for seeding (``None``: every training row, on every
-            rank).
+            rank); 2048 by default, as ``TorchKMeans``.
         max_points_per_centroid: Most training rows per cluster (``None``: every row); one
             assignment pass then labels every row.
         group: The process group (``None``: the default group).
@@ -75,7 +75,7 @@ class DistributedKMeans:
         max_iter: int = 20,
         tol: float = 1e-4,
         seed: int | None = 0,
-        init_size: int | None = 16384,
+        init_size: int | None = 2048,
         max_points_per_centroid: int | None = 256,
         *,
         group: Any = None,
@@ -154,14 +154,13 @@ class _AllReduce:
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         return all_reduce_sum(self.comm, values, "reducing the k-means sums")
 
-    def local_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        mine = rows[(rows >= self.offset) & (rows < self.offset + len(x))]
-        return x if len(mine) == len(x) else x[(mine - self.offset).to(x.device)]
+    def local_positions(self, rows: torch.Tensor, count: int) -> torch.Tensor:
+        return rows[(rows >= self.offset) & (rows < self.offset + count)] - self.offset
 
     def gathered_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         bounds = torch.tensor(exclusive_cumsum(tuple(self.counts))[1:] + (sum(self.counts),))
         per_rank = torch.bucketize(rows, bounds, right=True).bincount(minlength=len(self.counts))
-        local = self.local_rows(x, rows)
+        local = take_rows(x, self.local_positions(rows, len(x)))
         gathered = all_gather_rows(self.comm, local, per_rank.tolist(), "gathering seeding rows")
         return gathered.to(x.device)
 
