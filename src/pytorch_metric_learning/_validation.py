@@ -61,7 +61,9 @@ def check_matrix(value: Any, param: str, owner: str) -> torch.Tensor:
 
 def check_finite(value: torch.Tensor, param: str, owner: str) -> torch.Tensor:
     """Raise ``ValueError`` when a tensor holds NaN or infinite values."""
-    if value.numel() and not bool(torch.isfinite(value).all()):
+    if value.numel() == 0 or bool(torch.isfinite(value.sum())):  # one reduction, no mask
+        return value
+    if not bool(torch.isfinite(value).all()):  # the sum overflowed, or a value is not finite
         raise InvalidArgumentError(
             f"The '{param}' parameter of {owner} contains NaN or infinite values; "
             "embeddings must be finite (check the model's output for overflow)."
