@@ -171,6 +171,7 @@ def small_tiles(monkeypatch):
     """Tiles of 32 x 32 distances, so that small tests cross many tiles; self-search on
     symmetric tiles whatever k."""
     monkeypatch.setattr(knn_module, "TILE_BYTES", 32 * 32 * 8)
+    monkeypatch.setattr(knn_module, "MIN_BLOCK_ROWS", 1)
     monkeypatch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0)
 
 
@@ -187,6 +188,7 @@ def test_custom_knn_fast_paths_equal_brute_force(
 ) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(knn_module, "TILE_BYTES", 32 * 32 * 8)
+        patch.setattr(knn_module, "MIN_BLOCK_ROWS", 1)
         patch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0 if symmetric else 10**9)
         query, reference, k = problem
         query = query + 0.5  # no zero rows, so cosine is defined
@@ -318,8 +320,16 @@ def test_default_tiles_follow_the_memory_budget(monkeypatch) -> None:
     monkeypatch.setattr(SquaredEuclidean, "tile", tile)
     monkeypatch.setattr(knn_module, "TILE_BYTES", 64 * 64 * 4)
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
-    knn(torch.randn(100, 3), 2, torch.randn(150, 3))  # whole rows, 27 at a time
+    knn(torch.randn(100, 3), 2, torch.randn(150, 3))  # whole rows: 27 fit, 109 within 4x
+    assert shapes == [(100, 150)]
+    shapes.clear()
+    monkeypatch.setattr(knn_module, "MIN_BLOCK_ROWS", 20)
+    knn(torch.randn(100, 3), 2, torch.randn(150, 3))  # 27 fit the budget: no growth
     assert shapes == [(27, 150)] * 3 + [(19, 150)]
+    shapes.clear()
+    monkeypatch.setattr(knn_module, "MIN_BLOCK_ROWS", 50)
+    knn(torch.randn(120, 3), 2, torch.randn(150, 3))  # grown to 50 rows, within 4x
+    assert shapes == [(50, 150)] * 2 + [(20, 150)]
     shapes.clear()
     monkeypatch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0)
     knn(torch.randn(100, 3), 2)  # self-search: 64 x 64 tiles on and above the diagonal
