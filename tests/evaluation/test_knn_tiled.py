@@ -336,6 +336,20 @@ def test_default_tiles_follow_the_memory_budget(monkeypatch) -> None:
     assert shapes == [(64, 64), (64, 36), (36, 36)]
 
 
+def test_generic_distance_blocks_keep_the_budget(monkeypatch) -> None:
+    shapes = []
+    original = SNRDistance.compute_mat
+
+    def compute_mat(self, query, ref):
+        shapes.append(tuple(query.shape))
+        return original(self, query, ref)
+
+    monkeypatch.setattr(SNRDistance, "compute_mat", compute_mat)
+    monkeypatch.setattr(knn_module, "TILE_BYTES", 64 * 64 * 4)
+    CustomKNN(SNRDistance())(torch.randn(100, 3), 2, torch.randn(150, 3))
+    assert [rows for rows, _ in shapes] == [27, 27, 27, 19]  # no growth past the budget
+
+
 def test_unknown_distance_subclass_is_not_rescaled() -> None:
     class Custom(BaseDistance):
         def compute_mat(self, query, ref):

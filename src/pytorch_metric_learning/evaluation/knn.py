@@ -141,7 +141,7 @@ class CustomKNN:
         """Whole rows of scores per block, each reduced by the grouped top-k."""
         values = torch.empty((num_query, k), dtype=like.dtype, device=like.device)
         indices = torch.empty((num_query, k), dtype=torch.long, device=like.device)
-        rows = self._rows(num_ref, like.element_size())
+        rows = self._rows(num_ref, like.element_size(), grow=True)
         buffer = torch.empty(min(rows, num_query) * num_ref, dtype=like.dtype, device=like.device)
         every = slice(0, num_ref)
         for start in range(0, num_query, rows):
@@ -150,13 +150,17 @@ class CustomKNN:
             values[block], indices[block] = topk(scorer.tile(block, every, out), k, largest=False)
         return scorer.finish(values), indices
 
-    def _rows(self, num_reference: int, element_size: int) -> int:
-        """Query rows per block: ``batch_size``, or as many as the memory budget allows."""
+    def _rows(self, num_reference: int, element_size: int, grow: bool = False) -> int:
+        """Query rows per block: ``batch_size``, or as many as the memory budget allows.
+
+        ``grow`` (matrix-product blocks only) lets a block of a large reference exceed the
+        budget, up to four times, to reach ``MIN_BLOCK_ROWS``.
+        """
         if self.batch_size is not None:
             return self.batch_size
         row_bytes = max(num_reference, 1) * element_size
         rows = TILE_BYTES // row_bytes
-        if rows < MIN_BLOCK_ROWS:
+        if grow and rows < MIN_BLOCK_ROWS:
             rows = min(MIN_BLOCK_ROWS, 4 * TILE_BYTES // row_bytes)
         return max(1, rows)
 
