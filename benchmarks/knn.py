@@ -8,6 +8,8 @@ Methods, measured in the same run on the same data:
   gemm       every product of the full n x n matrix, in 2048-square tiles: the GEMM floor
   custom     CustomKNN default (memory-budget tiles), self-search: knn(x, k, None, True)
   custom_sep CustomKNN default, a separate reference (a copy of x): knn(x, k, copy)
+  custom_torch / custom_torch_sep  the same with the compiled top-k off (PML_DISABLE_NUMBA=1):
+             the PyTorch-only paths, as on a machine without numba
   custom256  CustomKNN(batch_size=256), self-search: the previous default
   cdist      torch.cdist + torch.topk on 256-row blocks
   faiss      faiss.IndexFlatL2, self-search (when faiss is importable)
@@ -19,11 +21,14 @@ Usage: python benchmarks/knn.py [--sizes 10000,50000] [--dims 128] [--ks 1,100] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -66,6 +71,27 @@ def _custom_sep(x: torch.Tensor, k: int) -> None:
     _knn(None)(x, k, x.clone())
 
 
+def _custom_torch(x: torch.Tensor, k: int) -> None:
+    with _compiled_off():
+        _custom(x, k)
+
+
+def _custom_torch_sep(x: torch.Tensor, k: int) -> None:
+    with _compiled_off():
+        _custom_sep(x, k)
+
+
+@contextlib.contextmanager
+def _compiled_off() -> Iterator[None]:
+    from pytorch_metric_learning.evaluation._compiled_topk import DISABLE_ENV
+
+    os.environ[DISABLE_ENV] = "1"
+    try:
+        yield
+    finally:
+        del os.environ[DISABLE_ENV]
+
+
 def _custom256(x: torch.Tensor, k: int) -> None:
     _knn(BATCH)(x, k, None, True)
 
@@ -88,11 +114,26 @@ METHODS = {
     "gemm": _gemm,
     "custom": _custom,
     "custom_sep": _custom_sep,
+    "custom_torch": _custom_torch,
+    "custom_torch_sep": _custom_torch_sep,
     "custom256": _custom256,
     "cdist": _cdist,
     "faiss": _faiss,
     "faissknn": _faissknn,
 }
+
+
+def _load_compiled() -> None:
+    """Load the compiled top-k once (about 0.5 s; a few seconds on first use, then cached),
+    as a process that searches every epoch does; the warm-up search is too small for it."""
+    from pytorch_metric_learning.evaluation import _compiled_topk
+
+    if _compiled_topk.available():
+        state = _compiled_topk.CompiledTopK(4, 1)
+        state.push_rows(0, torch.zeros(4, 4), 0)
+        state.push_columns(0, torch.zeros(4, 4), 0)
+        state.kth_smallest(torch.zeros(4, 4), 1)
+        state.finish()
 
 
 def _cpu_seconds() -> float:
@@ -103,6 +144,8 @@ def _cpu_seconds() -> float:
 def _measure_here(method: str, n: int, d: int, k: int) -> dict[str, float]:
     x = _data(n, d)
     METHODS[method](x[:BATCH], min(k, BATCH - 1))  # warm up imports and thread pools
+    if method.startswith("custom"):
+        _load_compiled()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cpu, start = _cpu_seconds(), time.perf_counter()
     METHODS[method](x, k)
@@ -171,7 +214,7 @@ def main() -> None:
         f"best of {args.repeats} runs each"
     )
     print(
-        f"{'n':>7} {'d':>4} {'k':>4} {'method':>10} {'seconds':>8} {'cpu s':>8} {'peak MiB':>9} "
+        f"{'n':>7} {'d':>4} {'k':>4} {'method':>16} {'seconds':>8} {'cpu s':>8} {'peak MiB':>9} "
         f"{'x/gemm':>7} {'cpu x/gemm':>10} {'custom/x':>9}"
     )
     for n in map(int, args.sizes.split(",")):
@@ -186,14 +229,14 @@ def _report(methods: list[str], size: tuple[int, int, int], repeats: int, thread
     custom, gemm = results.get("custom"), results.get("gemm")
     for method, result in results.items():
         if result is None:
-            print(f"{n:>7} {d:>4} {k:>4} {method:>10}   failed")
+            print(f"{n:>7} {d:>4} {k:>4} {method:>16}   failed")
             continue
         seconds, cpu = result["seconds"], result["cpu"]
         floor = seconds / gemm["seconds"] if gemm else float("nan")
         cpu_floor = cpu / gemm["cpu"] if gemm else float("nan")
         ratio = custom["seconds"] / seconds if custom else float("nan")
         print(
-            f"{n:>7} {d:>4} {k:>4} {method:>10} {seconds:>8.3f} {cpu:>8.3f} "
+            f"{n:>7} {d:>4} {k:>4} {method:>16} {seconds:>8.3f} {cpu:>8.3f} "
             f"{result['peak_mib']:>9.1f} {floor:>7.2f} {cpu_floor:>10.2f} {ratio:>9.2f}"
         )
 

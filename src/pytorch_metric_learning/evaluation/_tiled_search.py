@@ -33,6 +33,8 @@ class Scorer(Protocol):
 
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor: ...
 
+    def picked(self, rows: slice | torch.Tensor, cols: slice | torch.Tensor) -> torch.Tensor: ...
+
     def finish(self, scores: torch.Tensor) -> torch.Tensor: ...
 
 
@@ -58,6 +60,10 @@ class SquaredEuclidean:
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
         return torch.mm(self.query[rows], self.ref[cols].T, out=out)
 
+    def picked(self, rows: slice | torch.Tensor, cols: slice | torch.Tensor) -> torch.Tensor:
+        """Scores of the query rows and reference rows at these indices."""
+        return torch.mm(self.query[rows], self.ref[cols].T)
+
     def finish(self, scores: torch.Tensor) -> torch.Tensor:
         if not self.symmetric:
             scores = scores + self.query_sq
@@ -72,6 +78,10 @@ class NegatedInnerProduct:
 
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
         return torch.mm(self.query[rows], self.ref[cols].T, out=out).neg_()
+
+    def picked(self, rows: slice | torch.Tensor, cols: slice | torch.Tensor) -> torch.Tensor:
+        """Scores of the query rows and reference rows at these indices."""
+        return torch.mm(self.query[rows], self.ref[cols].T).neg_()
 
     def finish(self, scores: torch.Tensor) -> torch.Tensor:
         return scores.neg()

@@ -17,6 +17,8 @@ from .._validation import (
 from ..distances import BaseDistance, DotProductSimilarity, LpDistance
 from ..distances.lp_distance import power_of_squared as _power_of_squared
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ._compiled_search import search_compiled
+from ._compiled_topk import available as compiled_available
 from ._rescale import rescale
 from ._tiled_search import (
     NegatedInnerProduct,
@@ -42,6 +44,11 @@ MIN_BLOCK_ROWS = 512
 # beyond that, handling them costs more than the halved matrix products save (fitted on the
 # crossovers measured in docs/benchmarks.md: k = 20 at n = 30,000).
 SYMMETRIC_ROWS_PER_CANDIDATE = 500
+# Searches with at least this many query-reference pairs run the compiled (numba) top-k on
+# the CPU: below it the one-off compilation (a few seconds, then cached on disk) would not pay.
+COMPILED_MIN_PAIRS = 2**29
+# Side of the square tiles of the compiled search.
+COMPILED_TILE = 2048
 
 
 class CustomKNN:
@@ -123,11 +130,17 @@ class CustomKNN:
         else:
             query, reference, _ = self.distance.prepare(query, reference)
         tile = self._tile(len(reference), query.element_size())
-        symmetric = same and _symmetric_pays(k, len(reference), tile[0])
+        compiled = self._compiled_pays(query, reference)
+        symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
         scorer = _fast_scorer(self.distance, query, reference, symmetric)
         if scorer is None:
             return self._search_generic(query, reference, k)
-        if symmetric:
+        if compiled:
+            values, indices = search_compiled(
+                scorer, len(query), len(reference), k, symmetric, COMPILED_TILE
+            )
+            values = scorer.finish(values)
+        elif symmetric:
             values, indices = search_symmetric(scorer, len(query), k, tile, query)
         else:
             values, indices = self._search_rows(scorer, len(query), len(reference), k, query)
@@ -149,6 +162,17 @@ class CustomKNN:
             out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
             values[block], indices[block] = topk(scorer.tile(block, every, out), k, largest=False)
         return scorer.finish(values), indices
+
+    def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor) -> bool:
+        """Whether the compiled top-k serves this search (large float32 CPU searches)."""
+        return (
+            self.batch_size is None
+            and query.device.type == "cpu"
+            and query.dtype == torch.float32
+            and reference.dtype == torch.float32
+            and len(query) * len(reference) >= COMPILED_MIN_PAIRS
+            and compiled_available()
+        )
 
     def _rows(self, num_reference: int, element_size: int, grow: bool = False) -> int:
         """Query rows per block: ``batch_size``, or as many as the memory budget allows.

@@ -1,0 +1,258 @@
+"""The compiled loops behind :mod:`._compiled_topk` (importing this module needs numba).
+
+Every kernel works on a range of rows (or tile columns) so that Python threads can share a
+tile; they release the GIL. The state of row ``r`` is its buffer ``values[r, :count[r]]``
+(with ``indices``) and its bound ``bound[r]``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+BLOCK = 16
+
+# No "ninf": inf is the bound of a row that has none yet.
+_FAST = {"nnan", "nsz", "arcp", "contract", "reassoc", "afn"}
+_jit = numba.njit(cache=True, nogil=True, fastmath=_FAST, boundscheck=False)
+_inline = numba.njit(cache=True, nogil=True, fastmath=_FAST, boundscheck=False, inline="always")
+
+
+@_inline
+def _kth_smallest(source: np.ndarray, size: int, k: int, scratch: np.ndarray) -> float:
+    """The k-th smallest (1-based) of ``source[:size]``, by quickselect on ``scratch``."""
+    for i in range(size):
+        scratch[i] = source[i]
+    low, high, want = 0, size - 1, k - 1
+    while low < high:
+        pivot = scratch[(low + high) >> 1]
+        i, j = low, high
+        while i <= j:
+            while scratch[i] < pivot:
+                i += 1
+            while scratch[j] > pivot:
+                j -= 1
+            if i <= j:
+                scratch[i], scratch[j] = scratch[j], scratch[i]
+                i += 1
+                j -= 1
+        if want <= j:
+            high = j
+        elif want >= i:
+            low = i
+        else:
+            break
+    return scratch[want]
+
+
+@_inline
+def _shrink(
+    values: np.ndarray,
+    indices: np.ndarray,
+    count: int,
+    k: int,
+    scratch: np.ndarray,
+    ties: np.ndarray,
+) -> tuple[int, float]:
+    """Keep the k smallest of the first ``count`` candidates; return (count, new bound)."""
+    kth = _kth_smallest(values, count, k, scratch)
+    kept = 0
+    equal = 0
+    for i in range(count):
+        value = values[i]
+        if value < kth:
+            values[kept] = value
+            indices[kept] = indices[i]
+            kept += 1
+        elif value == kth:
+            ties[equal] = indices[i]
+            equal += 1
+    for i in range(min(equal, k - kept)):
+        values[kept] = kth
+        indices[kept] = ties[i]
+        kept += 1
+    return kept, kth
+
+
+@_inline
+def _first_bound(
+    row: np.ndarray, width: int, k: int, minima: np.ndarray, scratch: np.ndarray
+) -> np.float32:
+    """Just above the k-th smallest minimum of equal groups of ``row[:width]``; inf if none.
+
+    Groups are as large as ``BLOCK`` allows with at least k of them.
+    """
+    size = BLOCK
+    while size > 1 and width // size < k:
+        size //= 2
+    groups = width // size
+    if groups < k:
+        return np.float32(np.inf)
+    for g in range(groups):
+        low = row[g * size]
+        for t in range(1, size):
+            low = min(low, row[g * size + t])
+        minima[g] = low
+    kth = np.float32(_kth_smallest(minima, groups, k, scratch))
+    return np.nextafter(kth, np.float32(np.inf))
+
+
+@_jit
+def push_rows(
+    tile: np.ndarray,
+    values: np.ndarray,
+    indices: np.ndarray,
+    count: np.ndarray,
+    bound: np.ndarray,
+    k: int,
+    first_row: int,
+    first_index: int,
+    start: int,
+    stop: int,
+) -> None:
+    """Offer row ``i`` of ``tile`` (``start <= i < stop``) to row ``first_row + i``."""
+    width = tile.shape[1]
+    capacity = values.shape[1]
+    blocks = width // BLOCK
+    scratch = np.empty(max(capacity, width), np.float32)
+    ties = np.empty(capacity, np.int32)
+    minima = np.empty(width, np.float32)
+    for i in range(start, stop):
+        r = first_row + i
+        own_values = values[r]
+        own_indices = indices[r]
+        row = tile[i]
+        filled = count[r]
+        limit = bound[r]
+        if filled == 0 and limit == np.inf:
+            limit = _first_bound(row, width, k, minima, scratch)
+        for j0 in range(0, blocks * BLOCK, BLOCK):
+            low = row[j0]
+            for t in range(1, BLOCK):
+                low = min(low, row[j0 + t])
+            if low < limit:
+                if filled + BLOCK > capacity:
+                    filled, limit = _shrink(own_values, own_indices, filled, k, scratch, ties)
+                for t in range(BLOCK):
+                    value = row[j0 + t]
+                    own_values[filled] = value
+                    own_indices[filled] = first_index + j0 + t
+                    filled += value < limit
+        for j in range(blocks * BLOCK, width):
+            value = row[j]
+            if value < limit:
+                if filled == capacity:
+                    filled, limit = _shrink(own_values, own_indices, filled, k, scratch, ties)
+                own_values[filled] = value
+                own_indices[filled] = first_index + j
+                filled += 1
+        count[r] = filled
+        bound[r] = limit
+
+
+@_jit
+def push_columns(
+    tile: np.ndarray,
+    values: np.ndarray,
+    indices: np.ndarray,
+    count: np.ndarray,
+    bound: np.ndarray,
+    k: int,
+    first_row: int,
+    first_index: int,
+    start: int,
+    stop: int,
+) -> None:
+    """Offer column ``j`` of ``tile`` (``start <= j < stop``) to row ``first_row + j``."""
+    height = tile.shape[0]
+    capacity = values.shape[1]
+    span = stop - start
+    scratch = np.empty(max(capacity, height), np.float32)
+    ties = np.empty(capacity, np.int32)
+    column = np.empty(height, np.float32)
+    minima = np.empty(height, np.float32)
+    low = np.empty(span, np.float32)
+    limit = np.empty(span, np.float32)
+    for j in range(span):
+        r = first_row + start + j
+        limit[j] = bound[r]
+        if count[r] == 0 and limit[j] == np.inf:
+            for i in range(height):
+                column[i] = tile[i, start + j]
+            limit[j] = _first_bound(column, height, k, minima, scratch)
+    for i0 in range(0, height, BLOCK):
+        i1 = min(height, i0 + BLOCK)
+        low[:] = tile[i0, start:stop]
+        for i in range(i0 + 1, i1):
+            part = tile[i, start:stop]
+            for j in range(span):
+                low[j] = min(low[j], part[j])
+        hits = 0
+        for j in range(span):
+            hits += low[j] < limit[j]
+        if hits == 0:
+            continue
+        for j in range(span):
+            if low[j] < limit[j]:
+                r = first_row + start + j
+                own_values = values[r]
+                own_indices = indices[r]
+                filled = count[r]
+                here = limit[j]
+                if filled + BLOCK > capacity:
+                    filled, here = _shrink(own_values, own_indices, filled, k, scratch, ties)
+                for i in range(i0, i1):
+                    value = tile[i, start + j]
+                    own_values[filled] = value
+                    own_indices[filled] = first_index + i
+                    filled += value < here
+                count[r] = filled
+                limit[j] = here
+    for j in range(span):
+        bound[first_row + start + j] = limit[j]
+
+
+@_jit
+def finish(
+    values: np.ndarray,
+    indices: np.ndarray,
+    count: np.ndarray,
+    k: int,
+    out_values: np.ndarray,
+    out_indices: np.ndarray,
+    start: int,
+    stop: int,
+) -> None:
+    """Rows ``start:stop`` of the k smallest candidates, unordered (inf and -1 if fewer)."""
+    capacity = values.shape[1]
+    scratch = np.empty(capacity, np.float32)
+    ties = np.empty(capacity, np.int32)
+    for r in range(start, stop):
+        filled = count[r]
+        if filled > k:
+            filled, _ = _shrink(values[r], indices[r], filled, k, scratch, ties)
+        out_values[r, :filled] = values[r, :filled]
+        out_indices[r, :filled] = indices[r, :filled]
+        out_values[r, filled:] = np.inf
+        out_indices[r, filled:] = -1
+
+
+@_jit
+def kth_smallest_rows(tile: np.ndarray, k: int, out: np.ndarray, start: int, stop: int) -> None:
+    """``out[i]``: the k-th smallest entry of row ``i`` of ``tile``, for ``start <= i < stop``.
+
+    Only the entries at or below a first bound (see ``_first_bound``) go through quickselect.
+    """
+    width = tile.shape[1]
+    scratch = np.empty(width, np.float32)
+    minima = np.empty(width, np.float32)
+    below = np.empty(width, np.float32)
+    for i in range(start, stop):
+        row = tile[i]
+        limit = _first_bound(row, width, k, minima, scratch)
+        kept = 0
+        for j in range(width):
+            value = row[j]
+            below[kept] = value
+            kept += value < limit
+        out[i] = _kth_smallest(below, kept, k, scratch)

@@ -1,0 +1,186 @@
+"""The compiled (numba) running top-k and the search built on it, against brute force."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_knn_tiled import FAST, assert_top_k, brute_force_values, integer_points
+
+from pytorch_metric_learning.distances import LpDistance
+from pytorch_metric_learning.evaluation import CustomKNN, _compiled_topk
+
+knn_module = importlib.import_module("pytorch_metric_learning.evaluation.knn")
+search_module = importlib.import_module("pytorch_metric_learning.evaluation._compiled_search")
+
+pytestmark = pytest.mark.skipif(not _compiled_topk.available(), reason="numba is not installed")
+
+
+@st.composite
+def tiled_matrix(draw):
+    """A float32 matrix with many exact ties, cut into column tiles, and a k."""
+    rows = draw(st.integers(1, 12))
+    widths = draw(st.lists(st.integers(1, 300), min_size=1, max_size=4))
+    k = draw(st.integers(1, sum(widths)))
+    levels = draw(st.sampled_from([2, 40, 100_000]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    matrix = torch.randint(0, levels, (rows, sum(widths)), generator=generator).float()
+    return matrix, widths, k
+
+
+def _tiles(matrix, widths):
+    start = 0
+    for width in widths:
+        yield start, matrix[:, start : start + width]
+        start += width
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=tiled_matrix(), threads=st.sampled_from([1, 2]))
+def test_rows_fed_tile_by_tile_equal_sorting(problem, threads) -> None:
+    matrix, widths, k = problem
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_compiled_topk, "MIN_PART", 1)  # split even one-row tiles over threads
+        values, indices = _fed(matrix, widths, k, threads, by_rows=True)
+    assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
+
+
+def _fed(matrix, widths, k, threads, by_rows):
+    state = _compiled_topk.CompiledTopK(len(matrix), k, threads=threads)
+    for start, tile in _tiles(matrix, widths):
+        if by_rows:
+            state.push_rows(0, tile, start)
+        else:
+            state.push_columns(0, tile.T.contiguous(), start)
+    return state.finish()
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=tiled_matrix(), threads=st.sampled_from([1, 2]))
+def test_columns_fed_tile_by_tile_equal_sorting(problem, threads) -> None:
+    """Tiles of the transposed matrix feed the rows through their columns."""
+    matrix, widths, k = problem
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_compiled_topk, "MIN_PART", 1)
+        values, indices = _fed(matrix, widths, k, threads, by_rows=False)
+    assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=tiled_matrix(), low=st.floats(-1.0, 1e5))
+def test_a_preset_bound_keeps_every_value_below_it(problem, low) -> None:
+    """With a bound set beforehand, the rows keep the k smallest values below it."""
+    matrix, widths, k = problem
+    state = _compiled_topk.CompiledTopK(len(matrix), k)
+    state.bound[:] = low
+    for start, tile in _tiles(matrix, widths):
+        state.push_rows(0, tile, start)
+    below = (matrix < np.float32(low)).sum(dim=1)
+    full = torch.from_numpy(state.count >= k)
+    assert torch.equal(full, below >= k)  # a row is short exactly when the bound was too low
+    values, indices = state.finish()
+    table = matrix.double().numpy()
+    assert_top_k(values[full].numpy(), indices[full].numpy(), table[full.numpy()], k)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problem=tiled_matrix())
+def test_kth_smallest_equals_partition(problem) -> None:
+    matrix, _, k = problem
+    state = _compiled_topk.CompiledTopK(len(matrix), 1)
+    expected = np.partition(matrix.numpy(), k - 1, axis=1)[:, k - 1]
+    np.testing.assert_array_equal(state.kth_smallest(matrix, k).numpy(), expected)
+
+
+@pytest.fixture()
+def compiled_everywhere(monkeypatch):
+    """Every float32 CPU search runs compiled, over 32 x 32 tiles with a 16-row sample."""
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+    monkeypatch.setattr(knn_module, "COMPILED_TILE", 32)
+    monkeypatch.setattr(search_module, "SAMPLE", 16)
+    monkeypatch.setattr(_compiled_topk, "MIN_PART", 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    problem=integer_points(),
+    distance_index=st.integers(0, len(FAST) - 1),
+    mode=st.sampled_from(["none", "is", "separate"]),
+    spread=st.sampled_from([3.0, -100.0]),
+)
+def test_compiled_search_equals_brute_force(problem, distance_index, mode, spread) -> None:
+    """Self and separate search, with ties; spread -100 makes most sampled bounds too low,
+    so those rows are searched again whole."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+        patch.setattr(knn_module, "COMPILED_TILE", 32)
+        patch.setattr(search_module, "SAMPLE", 16)
+        patch.setattr(search_module, "SPREAD", spread)
+        patch.setattr(_compiled_topk, "MIN_PART", 1)
+        query, reference, k = problem
+        query, reference = query.float() + 0.5, reference.float() + 0.5  # float32, no zero rows
+        reference = query if mode != "separate" else reference
+        distance = FAST[distance_index]
+        k = min(k, len(reference))
+        values, indices = CustomKNN(distance)(query, k, None if mode == "none" else reference)
+    table = brute_force_values(query, reference, distance)
+    _assert_near_top_k(values.numpy(), indices.numpy(), table, k, distance.is_inverted)
+
+
+def _assert_near_top_k(values, indices, table, k, largest):
+    """Like ``assert_top_k`` within float32 rounding, which near zero is the square root of
+    a rounding error of the squared distance (about 3e-4)."""
+    order = np.sort(-table if largest else table, axis=1)[:, :k]
+    expected = -order if largest else order
+    np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(np.take_along_axis(table, indices, 1), expected, atol=1e-3)
+    assert all(len(set(row)) == k for row in indices.tolist())
+
+
+def test_compiled_self_search_equals_the_pytorch_paths(compiled_everywhere, monkeypatch) -> None:
+    x = torch.randn(700, 16, generator=torch.Generator().manual_seed(3))
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    compiled = knn(x, 25, None, True)
+    monkeypatch.setenv(_compiled_topk.DISABLE_ENV, "1")
+    plain = knn(x, 25, None, True)
+    torch.testing.assert_close(compiled[0], plain[0], rtol=1e-5, atol=1e-4)
+    assert (compiled[1] == plain[1]).float().mean() > 0.99  # only float near-ties may swap
+
+
+def test_the_compiled_path_serves_large_float32_cpu_searches_only(monkeypatch) -> None:
+    calls = []
+    original = knn_module.search_compiled
+
+    def spy(*args):
+        calls.append(args[1:4])
+        return original(*args)
+
+    monkeypatch.setattr(knn_module, "search_compiled", spy)
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 300 * 300)
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    x = torch.randn(300, 4)
+    knn(x, 3)
+    assert calls == [(300, 300, 3)]
+    knn(x[:299], 3)  # fewer pairs than the threshold
+    knn(x.double(), 3)  # float64 keeps the PyTorch paths
+    CustomKNN(LpDistance(), batch_size=50)(x, 3)  # so does a batch_size set by the user
+    monkeypatch.setenv(_compiled_topk.DISABLE_ENV, "1")
+    knn(x, 3)
+    assert calls == [(300, 300, 3)]
+
+
+def test_unavailable_numba_leaves_the_pytorch_paths(monkeypatch) -> None:
+    monkeypatch.setattr(_compiled_topk, "_kernels", lambda: None)
+    assert not _compiled_topk.available()
+    with pytest.raises(ModuleNotFoundError, match="numba"):
+        _compiled_topk.CompiledTopK(3, 1)
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+    x = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
+    _, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 4)
+    table = ((x[:, None, :] - x[None, :, :]) ** 2).sum(2).double().numpy()
+    assert_top_k(np.take_along_axis(table, indices.numpy(), 1), indices.numpy(), table, 4)
