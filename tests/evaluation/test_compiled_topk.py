@@ -110,12 +110,13 @@ def compiled_everywhere(monkeypatch):
 @given(
     problem=integer_points(),
     distance_index=st.integers(0, len(FAST) - 1),
-    mode=st.sampled_from(["none", "is", "separate"]),
+    mode=st.sampled_from(["none", "is", "separate", "drop self"]),
     spread=st.sampled_from([3.0, -100.0]),
 )
 def test_compiled_search_equals_brute_force(problem, distance_index, mode, spread) -> None:
-    """Self and separate search, with ties; spread -100 makes most sampled bounds too low,
-    so those rows are searched again whole."""
+    """Self and separate search, with ties and duplicate points; spread -100 makes most
+    sampled bounds too low, so those rows are searched again whole. "drop self" leaves each
+    row's own index out (ref_includes_query)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_TILE", 32)
@@ -126,9 +127,16 @@ def test_compiled_search_equals_brute_force(problem, distance_index, mode, sprea
         query, reference = query.float() + 0.5, reference.float() + 0.5  # float32, no zero rows
         reference = query if mode != "separate" else reference
         distance = FAST[distance_index]
-        k = min(k, len(reference))
-        values, indices = CustomKNN(distance)(query, k, None if mode == "none" else reference)
+        drop = mode == "drop self"
+        k = min(k, len(reference) - drop)
+        if k == 0:
+            return
+        reference_arg = None if mode in ("none", "drop self") else reference
+        values, indices = CustomKNN(distance)(query, k, reference_arg, drop)
     table = brute_force_values(query, reference, distance)
+    if drop:
+        assert not (indices == torch.arange(len(query)).unsqueeze(1)).any()
+        np.fill_diagonal(table, -np.inf if distance.is_inverted else np.inf)
     _assert_near_top_k(values.numpy(), indices.numpy(), table, k, distance.is_inverted)
 
 
@@ -157,7 +165,7 @@ def test_the_compiled_path_serves_large_float32_cpu_searches_only(monkeypatch) -
     original = knn_module.search_compiled
 
     def spy(*args):
-        calls.append(args[1:4])
+        calls.append(args[1])
         return original(*args)
 
     monkeypatch.setattr(knn_module, "search_compiled", spy)
@@ -165,13 +173,15 @@ def test_the_compiled_path_serves_large_float32_cpu_searches_only(monkeypatch) -
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
     x = torch.randn(300, 4)
     knn(x, 3)
-    assert calls == [(300, 300, 3)]
+    knn(x, 3, x, True)  # own index left out of the search: k, not k + 1, neighbours
+    knn(x, 3, x.clone(), True)  # a separate reference: k + 1, then the own index dropped
+    assert calls == [(300, 300, 3)] * 2 + [(300, 300, 4)]
     knn(x[:299], 3)  # fewer pairs than the threshold
     knn(x.double(), 3)  # float64 keeps the PyTorch paths
     CustomKNN(LpDistance(), batch_size=50)(x, 3)  # so does a batch_size set by the user
     monkeypatch.setenv(_compiled_topk.DISABLE_ENV, "1")
     knn(x, 3)
-    assert calls == [(300, 300, 3)]
+    assert len(calls) == 3
 
 
 def test_unavailable_numba_leaves_the_pytorch_paths(monkeypatch) -> None:

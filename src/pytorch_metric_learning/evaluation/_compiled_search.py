@@ -33,13 +33,17 @@ SPREAD = 3.0
 
 def search_compiled(
     scorer: Scorer,
-    num_query: int,
-    num_ref: int,
-    k: int,
+    size: tuple[int, int, int],
     symmetric: bool,
     side: int,
+    skip_diagonal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sorted ``(scores, indices)`` of each query row's k smallest scores."""
+    """Sorted ``(scores, indices)`` of each query row's k smallest scores.
+
+    ``size`` is ``(num_query, num_ref, k)``. ``skip_diagonal`` (a set searched against
+    itself) leaves each row's own entry out.
+    """
+    num_query, num_ref, k = size
     state = CompiledTopK(num_query, k)
     _sampled_bound(state, scorer, num_query, num_ref, k, side)
     buffer = torch.empty(min(side, num_query) * min(side, num_ref), dtype=torch.float32)
@@ -49,13 +53,15 @@ def search_compiled(
             cols = slice(c0, min(c0 + side, num_ref))
             out = buffer[: (rows.stop - r0) * (cols.stop - c0)].view(rows.stop - r0, -1)
             scores = scorer.tile(rows, cols, out)
+            if skip_diagonal and c0 == r0:
+                scores.diagonal().fill_(torch.inf)
             state.push_rows(r0, scores, c0)
             if symmetric and c0 != r0:
                 state.push_columns(c0, scores, r0)
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
     values, indices = state.finish()
     if len(short):
-        _search_whole_rows(scorer, short, num_ref, k, side, values, indices)
+        _search_whole_rows(scorer, short, (num_ref, k), side, skip_diagonal, (values, indices))
     return values, indices
 
 
@@ -77,15 +83,21 @@ def _sampled_bound(
 def _search_whole_rows(
     scorer: Scorer,
     rows: torch.Tensor,
-    num_ref: int,
-    k: int,
+    size: tuple[int, int],
     side: int,
-    values: torch.Tensor,
-    indices: torch.Tensor,
+    skip_diagonal: bool,
+    out: tuple[torch.Tensor, torch.Tensor],
 ) -> None:
-    """Overwrite ``values[rows]`` and ``indices[rows]`` with a search of their whole rows."""
+    """Overwrite ``rows`` of ``out = (values, indices)`` with a search of their whole rows.
+
+    ``size`` is ``(num_ref, k)``.
+    """
+    num_ref, k = size
     step = max(1, side * side // max(num_ref, 1))
     every = slice(0, num_ref)
     for start in range(0, len(rows), step):
         part = rows[start : start + step]
-        values[part], indices[part] = topk(scorer.picked(part, every), k, largest=False)
+        scores = scorer.picked(part, every)
+        if skip_diagonal:
+            scores[torch.arange(len(part)), part] = torch.inf
+        out[0][part], out[1][part] = topk(scores, k, largest=False)

@@ -116,15 +116,20 @@ class CustomKNN:
         )
         out_dtype = self.distance.output_dtype(torch.promote_types(query.dtype, reference.dtype))
         scaled = rescale(self.distance, query, query if same else reference)
-        distances, indices = self._search(scaled.query, scaled.reference, search_k, same)
+        drop_self = ref_includes_query and same
+        distances, indices, dropped = self._search(
+            scaled.query, scaled.reference, search_k, same, drop_self
+        )
         distances = scaled.restore(distances, out_dtype)
-        if ref_includes_query:
+        if ref_includes_query and not dropped:
             return remove_self_matches(distances, indices)
         return distances, indices
 
     def _search(
-        self, query: torch.Tensor, reference: torch.Tensor, k: int, same: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, query: torch.Tensor, reference: torch.Tensor, k: int, same: bool, drop_self: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """``(values, indices, dropped)``; ``dropped``: each row's own index was left out
+        and k - 1 neighbours found (only a self-search can drop it, and only if asked)."""
         if same:
             query = reference = self.distance.prepare(query, None)[0]
         else:
@@ -133,20 +138,20 @@ class CustomKNN:
         compiled = self._compiled_pays(query, reference)
         symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
         scorer = _fast_scorer(self.distance, query, reference, symmetric)
+        dropped = compiled and drop_self
         if scorer is None:
-            return self._search_generic(query, reference, k)
+            return (*self._search_generic(query, reference, k), False)
         if compiled:
-            values, indices = search_compiled(
-                scorer, len(query), len(reference), k, symmetric, COMPILED_TILE
-            )
+            size = (len(query), len(reference), k - 1 if dropped else k)
+            values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, dropped)
             values = scorer.finish(values)
         elif symmetric:
             values, indices = search_symmetric(scorer, len(query), k, tile, query)
         else:
             values, indices = self._search_rows(scorer, len(query), len(reference), k, query)
         if isinstance(scorer, SquaredEuclidean):
-            return _power_of_squared(values, self.distance.power), indices
-        return values, indices
+            values = _power_of_squared(values, self.distance.power)
+        return values, indices, dropped
 
     def _search_rows(
         self, scorer: Scorer, num_query: int, num_ref: int, k: int, like: torch.Tensor
