@@ -570,12 +570,15 @@ class AccuracyCalculator:
     def _search(
         self, query: torch.Tensor, k: int, reference: torch.Tensor, ref_includes_query: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Call the backend once (or not at all for k=0) and validate its output."""
+        """Call the backend once (or not at all for k=0) and validate its output (that of
+        any backend but the built-in ``CustomKNN``)."""
         if k == 0:
             empty = torch.empty((len(query), 0), device=query.device)
             return empty, empty.long()
         with torch.no_grad():
             result = self.knn_func(query, k, reference, ref_includes_query)
+        if type(self.knn_func) is CustomKNN:  # the built-in exact search: proven by its tests
+            return result
         return check_knn_output(
             result, query, k, reference, ref_includes_query, backend=self.knn_func, caller=OWNER
         )
