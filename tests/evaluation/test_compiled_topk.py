@@ -46,6 +46,7 @@ def test_rows_fed_tile_by_tile_equal_sorting(problem, threads) -> None:
     matrix, widths, k = problem
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_compiled_topk, "MIN_PART", 1)  # split even one-row tiles over threads
+        patch.setattr(_compiled_topk, "_SORT_ROWS", 3)  # finish sorts several blocks of rows
         values, indices = _fed(matrix, widths, k, threads, by_rows=True)
     assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
 

@@ -34,6 +34,8 @@ BLOCK = 16
 DISABLE_ENV = "PML_DISABLE_NUMBA"
 # Rows (or columns) below which a call is not split over threads.
 MIN_PART = 64
+# Rows sorted at once by finish (its temporaries stay small).
+_SORT_ROWS = 4096
 
 
 def available() -> bool:
@@ -88,18 +90,22 @@ class CompiledTopK:
         self._split(tile.shape[1], self._kernels.push_columns, tile, first_row, first_index)
 
     def finish(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The sorted ``(values, indices)`` of each row's k smallest candidates."""
+        """The sorted ``(values, indices)`` of each row's k smallest candidates.
+
+        The state is released: a finished ``CompiledTopK`` takes no more candidates.
+        """
         num_rows = len(self.values)
-        values = np.empty((num_rows, self.k), dtype=np.float32)
-        indices = np.empty((num_rows, self.k), dtype=np.int32)
-        self._map(
-            num_rows,
-            lambda start, stop: self._kernels.finish(
-                self.values, self.indices, self.count, self.k, values, indices, start, stop
-            ),
-        )
-        top, order = torch.sort(torch.from_numpy(values), dim=1, stable=True)
-        return top, torch.gather(torch.from_numpy(indices).long(), 1, order)
+        values = torch.empty((num_rows, self.k), dtype=torch.float32)
+        indices = torch.empty((num_rows, self.k), dtype=torch.long)
+        out = (values.numpy(), indices.numpy())
+        state = (self.values, self.indices, self.count, self.k)
+        self._map(num_rows, lambda start, stop: self._kernels.finish(*state, *out, start, stop))
+        self.values = self.indices = np.empty((0, 0), dtype=np.float32)
+        for start in range(0, num_rows, _SORT_ROWS):  # sorted in place, a block at a time
+            block = slice(start, start + _SORT_ROWS)
+            values[block], order = torch.sort(values[block], dim=1, stable=True)
+            indices[block] = torch.gather(indices[block], 1, order)
+        return values, indices
 
     def kth_smallest(self, scores: torch.Tensor, k: int) -> torch.Tensor:
         """The k-th smallest entry of each row of ``scores``."""
