@@ -59,8 +59,13 @@ class CustomKNN:
     (see ``_topk``). Searching a set against itself (``reference=None`` or ``reference is
     query``) for few neighbours computes each tile of the symmetric distance matrix once
     for both its rows and its columns, with a running bound per row (see
-    ``_running_topk``). Other distances run through ``distance`` block by block. Embeddings too large or too small for float32
-    distances (say 1e20 or 1e-25) are searched after an exact power-of-two rescaling.
+    ``_running_topk``). Large float32 searches on the CPU (``COMPILED_MIN_PAIRS`` pairs or
+    more, no ``batch_size``) select in compiled loops (numba) over square tiles, symmetric
+    ones for self-search at any k, with a first bound per row sampled from the reference
+    (see ``_compiled_search``); ``PML_DISABLE_NUMBA=1`` keeps the PyTorch paths. Other
+    distances run through ``distance`` block by block. Embeddings too large or too small
+    for float32 distances (say 1e20 or 1e-25) are searched after an exact power-of-two
+    rescaling.
 
     Args:
         distance: Similarities (``is_inverted=True``) select the largest values, distances
@@ -176,6 +181,7 @@ class CustomKNN:
             and query.dtype == torch.float32
             and reference.dtype == torch.float32
             and len(query) * len(reference) >= COMPILED_MIN_PAIRS
+            and len(reference) < 2**31  # its candidates' indices are int32
             and compiled_available()
         )
 
