@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_knn_tiled import FAST, assert_top_k, brute_force_values, integer_points
 
-from pytorch_metric_learning.distances import LpDistance
+from pytorch_metric_learning.distances import LpDistance, SNRDistance
 from pytorch_metric_learning.evaluation import CustomKNN, _compiled_topk
 
 knn_module = importlib.import_module("pytorch_metric_learning.evaluation.knn")
@@ -183,6 +183,11 @@ def test_the_compiled_path_serves_large_float32_cpu_searches_only(monkeypatch) -
     monkeypatch.setenv(_compiled_topk.DISABLE_ENV, "1")
     knn(x, 3)
     assert len(calls) == 3
+    monkeypatch.delenv(_compiled_topk.DISABLE_ENV)
+    asked = []
+    monkeypatch.setattr(knn_module, "compiled_available", lambda: asked.append(1) or True)
+    CustomKNN(SNRDistance())(x, 3)  # no one-product scorer: numba is not even looked up
+    assert len(calls) == 3 and not asked
 
 
 def test_unavailable_numba_leaves_the_pytorch_paths(monkeypatch) -> None:

@@ -2,8 +2,8 @@
 
 Each row keeps a buffer of candidates and a bound: at least k of its values seen so far lie
 below the bound, so nothing at or above it can enter the row's top k. A tile is read once:
-per ``BLOCK`` consecutive entries of a row (or, for the rows fed by the tile's columns, per
-``BLOCK`` tile rows of a column) one vectorized minimum is compared with the bound, and only
+per 16 consecutive entries of a row (or, for the rows fed by the tile's columns, per 16
+tile rows of a column) one vectorized minimum is compared with the bound, and only
 blocks that beat it are opened. Their entries below the bound are appended to the buffer
 without branches; a full buffer is cut back to its k smallest (quickselect), which tightens
 the bound, as faiss's reservoirs do. A row without candidates takes its first bound from its
@@ -27,9 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["BLOCK", "CompiledTopK", "available"]
+__all__ = ["CompiledTopK", "available"]
 
-BLOCK = 16
 # Set to 1 to never use the compiled loops (the PyTorch paths serve every search).
 DISABLE_ENV = "PML_DISABLE_NUMBA"
 # Rows (or columns) below which a call is not split over threads.
@@ -56,14 +55,11 @@ class CompiledTopK:
     """The k smallest float32 candidates per row, fed tile by tile.
 
     Example:
-        >>> if available():
-        ...     state = CompiledTopK(num_rows=1, k=2)
-        ...     state.push_rows(0, torch.tensor([[3.0, 1.0, 0.5, 9.0]]), first_index=0)
-        ...     values, indices = state.finish()
-        ...     print(values.tolist(), indices.tolist())
-        ... else:
-        ...     print([[0.5, 1.0]], [[2, 1]])
-        [[0.5, 1.0]] [[2, 1]]
+        >>> state = CompiledTopK(num_rows=1, k=2)
+        >>> state.push_rows(0, torch.tensor([[3.0, 1.0, 0.5, 9.0]]), first_index=0)
+        >>> values, indices = state.finish()
+        >>> values.tolist(), indices.tolist()
+        ([[0.5, 1.0]], [[2, 1]])
     """
 
     def __init__(self, num_rows: int, k: int, threads: int | None = None) -> None:
@@ -72,7 +68,7 @@ class CompiledTopK:
             raise ModuleNotFoundError("CompiledTopK needs numba: pip install numba")
         self._kernels: Any = kernels
         self.k = k
-        capacity = 2 * k + 4 * BLOCK
+        capacity = 2 * k + 4 * kernels.BLOCK  # room to append a whole block past k
         self.values = np.empty((num_rows, capacity), dtype=np.float32)
         self.indices = np.empty((num_rows, capacity), dtype=np.int32)
         self.count = np.zeros(num_rows, dtype=np.int64)

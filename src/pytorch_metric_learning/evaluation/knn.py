@@ -139,13 +139,13 @@ class CustomKNN:
             query = reference = self.distance.prepare(query, None)[0]
         else:
             query, reference, _ = self.distance.prepare(query, reference)
+        if _scorer_kind(self.distance) is None:
+            return (*self._search_generic(query, reference, k), False)
         tile = self._tile(len(reference), query.element_size())
         compiled = self._compiled_pays(query, reference)
         symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
         scorer = _fast_scorer(self.distance, query, reference, symmetric)
         dropped = compiled and drop_self
-        if scorer is None:
-            return (*self._search_generic(query, reference, k), False)
         if compiled:
             size = (len(query), len(reference), k - 1 if dropped else k)
             values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, dropped)
@@ -291,24 +291,31 @@ def _symmetric_pays(k: int, num_rows: int, tile_side: int) -> bool:
     return candidates * SYMMETRIC_ROWS_PER_CANDIDATE <= num_rows
 
 
-def _fast_scorer(
-    distance: BaseDistance, query: torch.Tensor, ref: torch.Tensor, same: bool
-) -> SquaredEuclidean | NegatedInnerProduct | None:
-    """A one-GEMM-per-tile scorer for the distances that have one, else None."""
+def _scorer_kind(distance: BaseDistance) -> type[SquaredEuclidean | NegatedInnerProduct] | None:
+    """The one-GEMM-per-tile scorer class for the distances that have one, else None."""
     if (
         isinstance(distance, LpDistance)
         and type(distance).compute_mat is LpDistance.compute_mat
         and distance.p == 2
         and distance.power > 0
     ):
-        return SquaredEuclidean(query, ref, symmetric=same)
+        return SquaredEuclidean
     if (
         isinstance(distance, DotProductSimilarity)
         and type(distance).compute_mat is DotProductSimilarity.compute_mat
         and distance.power == 1
     ):
-        return NegatedInnerProduct(query, ref)
+        return NegatedInnerProduct
     return None
+
+
+def _fast_scorer(
+    distance: BaseDistance, query: torch.Tensor, ref: torch.Tensor, same: bool
+) -> SquaredEuclidean | NegatedInnerProduct:
+    """The one-GEMM-per-tile scorer of a distance that has one."""
+    if _scorer_kind(distance) is SquaredEuclidean:
+        return SquaredEuclidean(query, ref, symmetric=same)
+    return NegatedInnerProduct(query, ref)
 
 
 def _empty_outputs(
