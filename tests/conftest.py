@@ -16,3 +16,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def _fresh_notice_cache(tmp_path_factory, monkeypatch):
     """Notices shown "once per environment" are remembered per test, not in the user's cache."""
     monkeypatch.setenv("PML_CACHE_DIR", str(tmp_path_factory.mktemp("pml_cache")))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first, so that with several xdist workers the longest start at once."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
