@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -46,9 +48,15 @@ def test_rows_fed_tile_by_tile_equal_sorting(problem, threads) -> None:
     matrix, widths, k = problem
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_compiled_topk, "MIN_PART", 1)  # split even one-row tiles over threads
-        patch.setattr(_compiled_topk, "_SORT_ROWS", 3)  # finish sorts several blocks of rows
         values, indices = _fed(matrix, widths, k, threads, by_rows=True)
     assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
+    _assert_ties_by_index(values, indices)
+
+
+def _assert_ties_by_index(values, indices):
+    """Equal values come in increasing index order, whatever the tiles and threads."""
+    tied = values[:, 1:] == values[:, :-1]
+    assert bool((indices[:, 1:][tied] > indices[:, :-1][tied]).all())
 
 
 def _fed(matrix, widths, k, threads, by_rows):
@@ -70,6 +78,7 @@ def test_columns_fed_tile_by_tile_equal_sorting(problem, threads) -> None:
         patch.setattr(_compiled_topk, "MIN_PART", 1)
         values, indices = _fed(matrix, widths, k, threads, by_rows=False)
     assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
+    _assert_ties_by_index(values, indices)
 
 
 @settings(max_examples=100, deadline=None)
@@ -102,6 +111,7 @@ def test_kth_smallest_equals_partition(problem) -> None:
 def compiled_everywhere(monkeypatch):
     """Every float32 CPU search runs compiled, over 32 x 32 tiles with a 16-row sample."""
     monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
     monkeypatch.setattr(knn_module, "COMPILED_TILE", 32)
     monkeypatch.setattr(search_module, "SAMPLE", 16)
     monkeypatch.setattr(_compiled_topk, "MIN_PART", 1)
@@ -120,6 +130,7 @@ def test_compiled_search_equals_brute_force(problem, distance_index, mode, sprea
     row's own index out (ref_includes_query)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+        patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_TILE", 32)
         patch.setattr(search_module, "SAMPLE", 16)
         patch.setattr(search_module, "SPREAD", spread)
@@ -161,7 +172,7 @@ def test_compiled_self_search_equals_the_pytorch_paths(compiled_everywhere, monk
     assert (compiled[1] == plain[1]).float().mean() > 0.99  # only float near-ties may swap
 
 
-def test_the_compiled_path_serves_large_float32_cpu_searches_only(monkeypatch) -> None:
+def _spy_on_compiled_searches(monkeypatch) -> list:
     calls = []
     original = knn_module.search_compiled
 
@@ -170,7 +181,13 @@ def test_the_compiled_path_serves_large_float32_cpu_searches_only(monkeypatch) -
         return original(*args)
 
     monkeypatch.setattr(knn_module, "search_compiled", spy)
+    return calls
+
+
+def test_the_compiled_path_serves_float32_cpu_searches_only(monkeypatch) -> None:
+    calls = _spy_on_compiled_searches(monkeypatch)
     monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 300 * 300)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
     x = torch.randn(300, 4)
     knn(x, 3)
@@ -185,13 +202,48 @@ def test_the_compiled_path_serves_large_float32_cpu_searches_only(monkeypatch) -
     assert len(calls) == 3
     monkeypatch.delenv(_compiled_topk.DISABLE_ENV)
     asked = []
-    monkeypatch.setattr(knn_module, "compiled_available", lambda: asked.append(1) or True)
+    monkeypatch.setattr(knn_module, "_compiled_loads", lambda pairs: asked.append(1) or True)
     CustomKNN(SNRDistance())(x, 3)  # no one-product scorer: numba is not even looked up
     assert len(calls) == 3 and not asked
 
 
+def test_numba_loads_once_the_searches_of_the_process_pay_for_it(monkeypatch) -> None:
+    """Searches add up their pairs until they reach COMPILED_LOAD_PAIRS; from then on,
+    every search from COMPILED_MIN_PAIRS runs compiled."""
+    calls = _spy_on_compiled_searches(monkeypatch)
+    monkeypatch.setattr(_compiled_topk, "_used", False)
+    monkeypatch.setattr(knn_module, "_cold_pairs", 0)
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 100 * 100)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 3 * 200 * 200)
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    x = torch.randn(200, 4)
+    knn(x, 3)
+    knn(x[:99], 3)  # below COMPILED_MIN_PAIRS: not counted
+    knn(x, 3)
+    assert calls == [] and not _compiled_topk.loaded()
+    knn(x, 3)  # the third: 3 * 200 * 200 pairs in all
+    assert calls == [(200, 200, 3)] and _compiled_topk.loaded()
+    knn(x[:100], 3)
+    knn(x[:99], 3)
+    assert calls == [(200, 200, 3), (100, 100, 3)]
+
+
+def test_a_small_first_search_does_not_import_numba() -> None:
+    code = (
+        "import sys, torch\n"
+        "from pytorch_metric_learning.distances import LpDistance\n"
+        "from pytorch_metric_learning.evaluation import CustomKNN\n"
+        "CustomKNN(LpDistance())(torch.randn(3000, 8), 5)  # above COMPILED_MIN_PAIRS\n"
+        "assert 'numba' not in sys.modules, 'numba imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_unavailable_numba_leaves_the_pytorch_paths(monkeypatch) -> None:
     monkeypatch.setattr(_compiled_topk, "_kernels", lambda: None)
+    monkeypatch.setattr(_compiled_topk, "_used", False)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
     assert not _compiled_topk.available()
     with pytest.raises(ModuleNotFoundError, match="numba"):
         _compiled_topk.CompiledTopK(3, 1)

@@ -19,6 +19,7 @@ Python threads. numba is optional: :func:`available` says whether it can be used
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
@@ -27,19 +28,35 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CompiledTopK", "available"]
+__all__ = ["CompiledTopK", "available", "installed", "loaded"]
 
 # Set to 1 to never use the compiled loops (the PyTorch paths serve every search).
 DISABLE_ENV = "PML_DISABLE_NUMBA"
 # Rows (or columns) below which a call is not split over threads.
 MIN_PART = 64
-# Rows sorted at once by finish (its temporaries stay small).
-_SORT_ROWS = 4096
 
 
 def available() -> bool:
-    """Whether numba is importable and the compiled loops are not disabled."""
-    return os.environ.get(DISABLE_ENV, "") != "1" and _kernels() is not None
+    """Whether numba is importable and the compiled loops are not disabled (imports numba)."""
+    return _enabled() and _kernels() is not None
+
+
+def installed() -> bool:
+    """Whether numba is installed and the compiled loops are not disabled, without
+    importing numba (about a second, once per process, with its first compiled call)."""
+    return _enabled() and importlib.util.find_spec("numba") is not None
+
+
+def loaded() -> bool:
+    """Whether this process has used the compiled loops already (numba is loaded)."""
+    return _enabled() and _used
+
+
+def _enabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "") != "1"
+
+
+_used = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,6 +83,8 @@ class CompiledTopK:
         kernels = _kernels()
         if kernels is None:
             raise ModuleNotFoundError("CompiledTopK needs numba: pip install numba")
+        global _used
+        _used = True
         self._kernels: Any = kernels
         self.k = k
         capacity = 2 * k + 4 * kernels.BLOCK  # room to append a whole block past k
@@ -86,7 +105,8 @@ class CompiledTopK:
         self._split(tile.shape[1], self._kernels.push_columns, tile, first_row, first_index)
 
     def finish(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The sorted ``(values, indices)`` of each row's k smallest candidates.
+        """The ``(values, indices)`` of each row's k smallest candidates, sorted by value
+        and, among equal values, by index.
 
         The state is released: a finished ``CompiledTopK`` takes no more candidates.
         """
@@ -97,10 +117,6 @@ class CompiledTopK:
         state = (self.values, self.indices, self.count, self.k)
         self._map(num_rows, lambda start, stop: self._kernels.finish(*state, *out, start, stop))
         self.values = self.indices = np.empty((0, 0), dtype=np.float32)
-        for start in range(0, num_rows, _SORT_ROWS):  # sorted in place, a block at a time
-            block = slice(start, start + _SORT_ROWS)
-            values[block], order = torch.sort(values[block], dim=1, stable=True)
-            indices[block] = torch.gather(indices[block], 1, order)
         return values, indices
 
     def kth_smallest(self, scores: torch.Tensor, k: int) -> torch.Tensor:

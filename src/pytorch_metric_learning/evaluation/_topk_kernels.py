@@ -259,6 +259,22 @@ def push_columns(
         bound[first_row + start + j] = limit[j]
 
 
+_SIGN = np.uint32(0x80000000)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
+
+
+@_inline
+def _order_key(bits: np.uint32) -> np.uint32:
+    """Unsigned bits that sort as the float32 whose bits these are (-0.0 before 0.0)."""
+    return ~bits if bits & _SIGN else bits | _SIGN
+
+
+@_inline
+def _from_order_key(key: np.uint32) -> np.uint32:
+    return key ^ _SIGN if key & _SIGN else ~key
+
+
 @_jit
 def finish(
     values: np.ndarray,
@@ -270,16 +286,25 @@ def finish(
     start: int,
     stop: int,
 ) -> None:
-    """Rows ``start:stop`` of the k smallest candidates, unordered (inf and -1 if fewer)."""
+    """Rows ``start:stop`` of the k smallest candidates, sorted by value, then index
+    (inf and -1 after them if fewer)."""
     capacity = values.shape[1]
     scratch = np.empty(capacity, np.float32)
     ties = np.empty(capacity, np.int32)
+    keys = np.empty(capacity, np.uint64)
     for r in range(start, stop):
         filled = count[r]
         if filled > k:
             filled, _ = _shrink(values[r], indices[r], filled, k, scratch, ties)
-        out_values[r, :filled] = values[r, :filled]
-        out_indices[r, :filled] = indices[r, :filled]
+        bits = values[r].view(np.uint32)
+        for i in range(filled):
+            high = np.uint64(_order_key(bits[i]))
+            keys[i] = (high << _SHIFT) | np.uint64(np.uint32(indices[r, i]))
+        keys[:filled].sort()
+        out_bits = out_values[r].view(np.uint32)
+        for i in range(filled):
+            out_bits[i] = _from_order_key(np.uint32(keys[i] >> _SHIFT))
+            out_indices[r, i] = np.int64(keys[i] & _LOW32)
         out_values[r, filled:] = np.inf
         out_indices[r, filled:] = -1
 

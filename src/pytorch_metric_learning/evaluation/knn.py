@@ -17,8 +17,8 @@ from .._validation import (
 from ..distances import BaseDistance, DotProductSimilarity, LpDistance
 from ..distances.lp_distance import power_of_squared as _power_of_squared
 from ..errors import InvalidArgumentError, InvalidTypeError
+from . import _compiled_topk
 from ._compiled_search import search_compiled
-from ._compiled_topk import available as compiled_available
 from ._rescale import rescale
 from ._tiled_search import (
     NegatedInnerProduct,
@@ -45,8 +45,14 @@ MIN_BLOCK_ROWS = 512
 # crossovers measured in docs/benchmarks.md: k = 20 at n = 30,000).
 SYMMETRIC_ROWS_PER_CANDIDATE = 500
 # Searches with at least this many query-reference pairs run the compiled (numba) top-k on
-# the CPU: below it the one-off compilation (a few seconds, then cached on disk) would not pay.
-COMPILED_MIN_PAIRS = 2**29
+# the CPU once it is loaded: from n = 4,000 (self-search, k = 10 to 200) it takes 0.55 to
+# 0.8 of the time of the PyTorch paths.
+COMPILED_MIN_PAIRS = 2**22
+# Loading it costs about a second, once per process (the first compilation ever, a few
+# seconds, is then cached on disk): the searches of a process use it once their pairs, the
+# current search's included, reach this many. The first search of 23,000 rows loads it; a
+# process that searches 16,000 rows every epoch loads it in its third.
+COMPILED_LOAD_PAIRS = 2**29
 # Side of the square tiles of the compiled search.
 COMPILED_TILE = 2048
 
@@ -59,10 +65,12 @@ class CustomKNN:
     (see ``_topk``). Searching a set against itself (``reference=None`` or ``reference is
     query``) for few neighbours computes each tile of the symmetric distance matrix once
     for both its rows and its columns, with a running bound per row (see
-    ``_running_topk``). Large float32 searches on the CPU (``COMPILED_MIN_PAIRS`` pairs or
-    more, no ``batch_size``) select in compiled loops (numba) over square tiles, symmetric
-    ones for self-search at any k, with a first bound per row sampled from the reference
-    (see ``_compiled_search``); ``PML_DISABLE_NUMBA=1`` keeps the PyTorch paths. Other
+    ``_running_topk``). Float32 searches on the CPU of ``COMPILED_MIN_PAIRS`` pairs or more
+    (no ``batch_size``) select in compiled loops (numba) over square tiles, symmetric ones
+    for self-search at any k, with a first bound per row sampled from the reference (see
+    ``_compiled_search``), once the process's searches have reached ``COMPILED_LOAD_PAIRS``
+    pairs in all (which pays for loading numba); ``PML_DISABLE_NUMBA=1`` keeps the PyTorch
+    paths. Other
     distances run through ``distance`` block by block. Embeddings too large or too small
     for float32 distances (say 1e20 or 1e-25) are searched after an exact power-of-two
     rescaling.
@@ -175,14 +183,15 @@ class CustomKNN:
 
     def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor) -> bool:
         """Whether the compiled top-k serves this search (large float32 CPU searches)."""
+        pairs = len(query) * len(reference)
         return (
             self.batch_size is None
             and query.device.type == "cpu"
             and query.dtype == torch.float32
             and reference.dtype == torch.float32
-            and len(query) * len(reference) >= COMPILED_MIN_PAIRS
+            and pairs >= COMPILED_MIN_PAIRS
             and len(reference) < 2**31  # its candidates' indices are int32
-            and compiled_available()
+            and _compiled_loads(pairs)
         )
 
     def _rows(self, num_reference: int, element_size: int, grow: bool = False) -> int:
@@ -289,6 +298,20 @@ def _symmetric_pays(k: int, num_rows: int, tile_side: int) -> bool:
     """Whether symmetric tiles beat whole rows for a self-search of ``num_rows`` with ``k``."""
     candidates = k * (1 + math.log(max(num_rows / tile_side, 1.0)))
     return candidates * SYMMETRIC_ROWS_PER_CANDIDATE <= num_rows
+
+
+_cold_pairs = 0  # pairs of the searches that could have run compiled before it was loaded
+
+
+def _compiled_loads(pairs: int) -> bool:
+    """Whether the compiled top-k is loaded, or worth loading now (numba imported only then)."""
+    global _cold_pairs
+    if _compiled_topk.loaded():
+        return True
+    if not _compiled_topk.installed():
+        return False
+    _cold_pairs += pairs
+    return _cold_pairs >= COMPILED_LOAD_PAIRS and _compiled_topk.available()
 
 
 def _scorer_kind(distance: BaseDistance) -> type[SquaredEuclidean | NegatedInnerProduct] | None:
