@@ -42,12 +42,16 @@ def _tiles(matrix, widths):
         start += width
 
 
+BUFFER_ROWS = st.sampled_from([1, 3, 2048])  # rows per candidate buffer
+
+
 @settings(max_examples=150, deadline=None)
-@given(problem=tiled_matrix(), threads=st.sampled_from([1, 2]))
-def test_rows_fed_tile_by_tile_equal_sorting(problem, threads) -> None:
+@given(problem=tiled_matrix(), threads=st.sampled_from([1, 2]), buffer_rows=BUFFER_ROWS)
+def test_rows_fed_tile_by_tile_equal_sorting(problem, threads, buffer_rows) -> None:
     matrix, widths, k = problem
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_compiled_topk, "MIN_PART", 1)  # split even one-row tiles over threads
+        patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
         values, indices = _fed(matrix, widths, k, threads, by_rows=True)
     assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
     _assert_ties_by_index(values, indices)
@@ -70,12 +74,13 @@ def _fed(matrix, widths, k, threads, by_rows):
 
 
 @settings(max_examples=150, deadline=None)
-@given(problem=tiled_matrix(), threads=st.sampled_from([1, 2]))
-def test_columns_fed_tile_by_tile_equal_sorting(problem, threads) -> None:
+@given(problem=tiled_matrix(), threads=st.sampled_from([1, 2]), buffer_rows=BUFFER_ROWS)
+def test_columns_fed_tile_by_tile_equal_sorting(problem, threads, buffer_rows) -> None:
     """Tiles of the transposed matrix feed the rows through their columns."""
     matrix, widths, k = problem
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_compiled_topk, "MIN_PART", 1)
+        patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
         values, indices = _fed(matrix, widths, k, threads, by_rows=False)
     assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
     _assert_ties_by_index(values, indices)
@@ -115,6 +120,7 @@ def compiled_everywhere(monkeypatch):
     monkeypatch.setattr(knn_module, "COMPILED_TILE", 32)
     monkeypatch.setattr(search_module, "SAMPLE", 16)
     monkeypatch.setattr(_compiled_topk, "MIN_PART", 1)
+    monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", 20)  # tiles span two buffers
 
 
 @settings(max_examples=80, deadline=None)
@@ -135,6 +141,7 @@ def test_compiled_search_equals_brute_force(problem, distance_index, mode, sprea
         patch.setattr(search_module, "SAMPLE", 16)
         patch.setattr(search_module, "SPREAD", spread)
         patch.setattr(_compiled_topk, "MIN_PART", 1)
+        patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", 20)  # tiles span two buffers
         query, reference, k = problem
         query, reference = query.float() + 0.5, reference.float() + 0.5  # float32, no zero rows
         reference = query if mode != "separate" else reference
@@ -252,3 +259,23 @@ def test_unavailable_numba_leaves_the_pytorch_paths(monkeypatch) -> None:
     _, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 4)
     table = ((x[:, None, :] - x[None, :, :]) ** 2).sum(2).double().numpy()
     assert_top_k(np.take_along_axis(table, indices.numpy(), 1), indices.numpy(), table, 4)
+
+
+def test_finish_releases_the_candidates_buffer_by_buffer(monkeypatch) -> None:
+    monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", 2)
+    state = _compiled_topk.CompiledTopK(5, 1)
+    released = []
+    original = state._kernels.finish
+
+    def spy(*args):
+        released.append(sum(buffer is None for buffer in state._buffers))
+        return original(*args)
+
+    monkeypatch.setattr(state, "_kernels", type("K", (), {"finish": staticmethod(spy)}))
+    state.count[:] = 0
+    values, indices = state.finish()
+    assert released == [0, 1, 2]  # each buffer is gone before the next one's rows are written
+    assert values.shape == (5, 1) and bool((indices == -1).all())
+    state._kernels = _compiled_topk._kernels()
+    with pytest.raises(RuntimeError, match="finished"):
+        state.push_rows(0, torch.zeros(1, 3), 0)

@@ -51,20 +51,27 @@ def relevance_and_counts(draw):
     return relevance, num_relevant
 
 
-@given(relevance_and_counts())
-def test_metrics_match_plain_loops(data):
+@given(relevance_and_counts(), st.sampled_from([1, 7, 2**20]))
+def test_metrics_match_plain_loops(data, block_elements):
+    """Also with the precision sums taken over blocks of one or a few rows."""
     relevance, num_relevant = data
     want = loop_values(relevance, num_relevant)
-    got = {
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metrics, "_BLOCK_ELEMENTS", block_elements)
+        got = _metric_values(relevance, num_relevant)
+    for name, values in got.items():
+        assert values.dtype == torch.float64
+        assert values.tolist() == pytest.approx([row[name] for row in want], abs=1e-15), name
+
+
+def _metric_values(relevance, num_relevant):
+    return {
         "precision_at_1": metrics.precision_at_1(relevance),
         "r_precision": metrics.r_precision(relevance, num_relevant),
         "mean_average_precision_at_r": metrics.mean_average_precision_at_r(relevance, num_relevant),
         "mean_average_precision": metrics.mean_average_precision(relevance, num_relevant),
         "mean_reciprocal_rank": metrics.mean_reciprocal_rank(relevance),
     }
-    for name, values in got.items():
-        assert values.dtype == torch.float64
-        assert values.tolist() == pytest.approx([row[name] for row in want], abs=1e-15), name
 
 
 def test_perfect_retrieval_is_one():

@@ -34,6 +34,8 @@ __all__ = ["CompiledTopK", "available", "installed", "loaded"]
 DISABLE_ENV = "PML_DISABLE_NUMBA"
 # Rows (or columns) below which a call is not split over threads.
 MIN_PART = 64
+# Rows per candidate buffer (the compiled search's tile side, so a tile feeds one buffer).
+ROWS_PER_BUFFER = 2048
 
 
 def available() -> bool:
@@ -71,6 +73,9 @@ def _kernels() -> ModuleType | None:
 class CompiledTopK:
     """The k smallest float32 candidates per row, fed tile by tile.
 
+    Candidates are kept in buffers of ``ROWS_PER_BUFFER`` rows, which ``finish`` releases
+    one by one as it writes the outputs, so the two are hardly ever held in full at once.
+
     Example:
         >>> state = CompiledTopK(num_rows=1, k=2)
         >>> state.push_rows(0, torch.tensor([[3.0, 1.0, 0.5, 9.0]]), first_index=0)
@@ -87,9 +92,15 @@ class CompiledTopK:
         _used = True
         self._kernels: Any = kernels
         self.k = k
+        self.num_rows = num_rows
         capacity = 2 * k + 4 * kernels.BLOCK  # room to append a whole block past k
-        self.values = np.empty((num_rows, capacity), dtype=np.float32)
-        self.indices = np.empty((num_rows, capacity), dtype=np.int32)
+        self._buffers: list[tuple[np.ndarray, np.ndarray] | None] = [
+            (
+                np.empty((min(ROWS_PER_BUFFER, num_rows - first), capacity), dtype=np.float32),
+                np.empty((min(ROWS_PER_BUFFER, num_rows - first), capacity), dtype=np.int32),
+            )
+            for first in range(0, num_rows, ROWS_PER_BUFFER)
+        ]
         self.count = np.zeros(num_rows, dtype=np.int64)
         self.bound = np.full(num_rows, np.inf, dtype=np.float32)
         self.threads = max(1, threads if threads is not None else torch.get_num_threads())
@@ -97,12 +108,12 @@ class CompiledTopK:
     def push_rows(self, first_row: int, scores: torch.Tensor, first_index: int) -> None:
         """Offer ``scores[r, c]`` as candidate ``first_index + c`` of row ``first_row + r``."""
         tile = _as_array(scores)
-        self._split(len(tile), self._kernels.push_rows, tile, first_row, first_index)
+        self._push(self._kernels.push_rows, tile, len(tile), first_row, first_index)
 
     def push_columns(self, first_row: int, scores: torch.Tensor, first_index: int) -> None:
         """Offer ``scores[r, c]`` as candidate ``first_index + r`` of row ``first_row + c``."""
         tile = _as_array(scores)
-        self._split(tile.shape[1], self._kernels.push_columns, tile, first_row, first_index)
+        self._push(self._kernels.push_columns, tile, tile.shape[1], first_row, first_index)
 
     def finish(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(values, indices)`` of each row's k smallest candidates, sorted by value
@@ -110,40 +121,57 @@ class CompiledTopK:
 
         The state is released: a finished ``CompiledTopK`` takes no more candidates.
         """
-        num_rows = len(self.values)
-        values = torch.empty((num_rows, self.k), dtype=torch.float32)
-        indices = torch.empty((num_rows, self.k), dtype=torch.long)
-        out = (values.numpy(), indices.numpy())
-        state = (self.values, self.indices, self.count, self.k)
-        self._map(num_rows, lambda start, stop: self._kernels.finish(*state, *out, start, stop))
-        self.values = self.indices = np.empty((0, 0), dtype=np.float32)
+        values = torch.empty((self.num_rows, self.k), dtype=torch.float32)
+        indices = torch.empty((self.num_rows, self.k), dtype=torch.long)
+        for number, buffer in enumerate(self._buffers):
+            if buffer is None:
+                raise RuntimeError("CompiledTopK.finish was called twice")
+            rows = slice(number * ROWS_PER_BUFFER, number * ROWS_PER_BUFFER + len(buffer[0]))
+            out = (values[rows].numpy(), indices[rows].numpy())
+            state = (*buffer, self.count[rows], self.k, *out)
+            self._map(0, len(buffer[0]), self._kernels.finish, *state)
+            self._buffers[number] = None  # released before the next rows are written
         return values, indices
 
     def kth_smallest(self, scores: torch.Tensor, k: int) -> torch.Tensor:
         """The k-th smallest entry of each row of ``scores``."""
         tile = _as_array(scores)
         out = np.empty(len(tile), dtype=np.float32)
-        self._map(
-            len(tile),
-            lambda start, stop: self._kernels.kth_smallest_rows(tile, k, out, start, stop),
-        )
+        self._map(0, len(tile), self._kernels.kth_smallest_rows, tile, k, out)
         return torch.from_numpy(out)
 
-    def _split(self, size: int, kernel: Any, tile: np.ndarray, first_row: int, first: int) -> None:
-        state = (self.values, self.indices, self.count, self.bound, self.k)
-        self._map(size, lambda start, stop: kernel(tile, *state, first_row, first, start, stop))
+    def _push(self, kernel: Any, tile: np.ndarray, size: int, first_row: int, first: int) -> None:
+        """Run ``kernel`` on the tile's rows (or columns) ``0:size``, which feed rows
+        ``first_row:first_row + size``, one candidate buffer at a time."""
+        for number in range(first_row // ROWS_PER_BUFFER, _ceil_div(first_row + size)):
+            buffer = self._buffers[number]
+            if buffer is None:
+                raise RuntimeError("a finished CompiledTopK takes no more candidates")
+            base = number * ROWS_PER_BUFFER
+            rows = slice(base, base + len(buffer[0]))
+            state = (*buffer, self.count[rows], self.bound[rows], self.k, first_row - base)
+            low = max(0, base - first_row)
+            high = min(size, base + len(buffer[0]) - first_row)
+            self._map(low, high, kernel, tile, *state, first)
 
-    def _map(self, size: int, work: Any) -> None:
-        parts = min(self.threads, max(1, size // MIN_PART))
+    def _map(self, low: int, high: int, kernel: Any, *args: Any) -> None:
+        """``kernel(*args, a, b)`` over the parts ``a:b`` of ``low:high``, split over the
+        threads."""
+        parts = min(self.threads, max(1, (high - low) // MIN_PART))
         if parts == 1:
-            work(0, size)
+            kernel(*args, low, high)
             return
-        edges = [size * part // parts for part in range(parts + 1)]
+        edges = [low + (high - low) * part // parts for part in range(parts + 1)]
         pool = _pool(parts - 1, os.getpid())
+        work = functools.partial(kernel, *args)
         futures = [pool.submit(work, a, b) for a, b in zip(edges[1:-1], edges[2:])]
-        work(0, edges[1])
+        work(edges[0], edges[1])
         for future in futures:
             future.result()
+
+
+def _ceil_div(rows: int) -> int:
+    return -(-rows // ROWS_PER_BUFFER)
 
 
 @functools.lru_cache(maxsize=4)

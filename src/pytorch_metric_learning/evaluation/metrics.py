@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+# Elements of the float64 temporaries of one block of rows (8 MiB).
+_BLOCK_ELEMENTS = 2**20
+
+
 def precision_at_1(relevance: torch.Tensor) -> torch.Tensor:
     """``rel_1``: whether each query's nearest neighbour shares its label.
 
@@ -258,7 +262,15 @@ def _first_columns(relevance: torch.Tensor, cutoff: torch.Tensor) -> torch.Tenso
 
 
 def _summed_precision(counted: torch.Tensor) -> torch.Tensor:
-    """``sum over i of P@i * rel_i`` per row, where ``P@i`` counts only ``counted``."""
+    """``sum over i of P@i * rel_i`` per row, where ``P@i`` counts only ``counted``.
+
+    Rows are summed a block at a time, so the float64 temporaries stay small.
+    """
     ranks = torch.arange(1, counted.shape[1] + 1, device=counted.device, dtype=torch.float64)
-    hits_so_far = counted.cumsum(dim=1, dtype=torch.float64)
-    return (hits_so_far / ranks).mul_(counted).sum(dim=1)
+    sums = torch.empty(len(counted), device=counted.device, dtype=torch.float64)
+    rows = max(1, _BLOCK_ELEMENTS // max(counted.shape[1], 1))
+    for start in range(0, len(counted), rows):
+        block = counted[start : start + rows]
+        hits_so_far = block.cumsum(dim=1, dtype=torch.float64)
+        sums[start : start + rows] = hits_so_far.div_(ranks).mul_(block).sum(dim=1)
+    return sums
