@@ -118,6 +118,28 @@ def test_self_removal_when_self_is_absent() -> None:
     assert kept_d.tolist() == [[0.5, 0.25], [0.0, 0.0]]
 
 
+@given(
+    rows=st.lists(
+        st.tuples(st.permutations(list(range(12))), st.integers(2, 12), st.booleans()),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_self_removal_equals_a_plain_loop(rows) -> None:
+    width = min(w for _, w, _ in rows)
+    indices, expected = [], []
+    for number, (order, _, keep_own) in enumerate(rows):
+        # Row ``number``'s own index appears at most once, wherever the permutation puts it.
+        row = [i if i != number or keep_own else 100 + i for i in order[:width]]
+        indices.append(row)
+        expected.append([i for i in row if i != number] if number in row else row[:-1])
+    indices_t = torch.tensor(indices)
+    distances = indices_t.double() / 10
+    kept_d, kept_i = remove_self_matches(distances, indices_t)
+    assert kept_i.tolist() == expected
+    assert kept_d.tolist() == (torch.tensor(expected).double() / 10).tolist()
+
+
 def test_duplicate_rows_drop_own_index_not_the_twin() -> None:
     reference = torch.tensor([[0.0, 0.0], [0.0, 0.0], [5.0, 5.0]])
     _, indices = CustomKNN(LpDistance(normalize_embeddings=False))(

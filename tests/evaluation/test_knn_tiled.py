@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pytorch_metric_learning.distances import (
@@ -156,13 +156,21 @@ def integer_points(draw):
 
 
 @settings(max_examples=120, deadline=None)
-@given(problem=integer_points(), tile=st.sampled_from([(1, 1), (3, 5), (8, 8), (32, 200)]))
-def test_symmetric_tiles_equal_brute_force(problem, tile) -> None:
+@given(
+    problem=integer_points(),
+    tile=st.sampled_from([(1, 1), (3, 5), (8, 8), (5, 3), (32, 200)]),
+    skip=st.booleans(),
+)
+def test_symmetric_tiles_equal_brute_force(problem, tile, skip) -> None:
     query, _, k = problem
-    k = min(k, len(query))
+    k = min(k, len(query) - skip)
+    assume(k >= 1)
     table = ((query[:, None, :] - query[None, :, :]) ** 2).sum(2).numpy()
+    if skip:
+        np.fill_diagonal(table, np.inf)
     scorer = SquaredEuclidean(query, query, symmetric=True)
-    values, indices = search_symmetric(scorer, len(query), k, tile, query)
+    size = (len(query), len(query), k)
+    values, indices = search_symmetric(scorer, size, tile, query, skip_diagonal=skip)
     assert_top_k(values.numpy(), indices.numpy(), table, k)
 
 
@@ -182,9 +190,10 @@ def small_tiles(monkeypatch):
     batch_size=st.one_of(st.none(), st.integers(1, 40)),
     mode=st.sampled_from(["none", "is", "separate"]),
     symmetric=st.booleans(),
+    drop_self=st.booleans(),
 )
 def test_custom_knn_fast_paths_equal_brute_force(
-    problem, distance_index, batch_size, mode, symmetric
+    problem, distance_index, batch_size, mode, symmetric, drop_self
 ) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(knn_module, "TILE_BYTES", 32 * 32 * 8)
@@ -194,15 +203,22 @@ def test_custom_knn_fast_paths_equal_brute_force(
         query = query + 0.5  # no zero rows, so cosine is defined
         reference = query if mode != "separate" else reference + 0.5
         distance = FAST[distance_index]
-        k = min(k, len(reference))
+        drop_self = drop_self and mode != "separate"
+        k = min(k, len(reference) - drop_self)
+        assume(k >= 1)
         knn = CustomKNN(distance, batch_size=batch_size)
-        values, indices = knn(query, k, None if mode == "none" else reference)
+        values, indices = knn(query, k, None if mode == "none" else reference, drop_self)
     table = brute_force_values(query, reference, distance)
+    if drop_self:
+        np.fill_diagonal(table, -np.inf if distance.is_inverted else np.inf)
     assert_top_k(values.numpy(), indices.numpy(), table, k, distance.is_inverted, rtol=1e-9)
 
 
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "rows"])
 @pytest.mark.parametrize("distance", FAST, ids=repr)
-def test_self_search_drops_own_index(small_tiles, distance) -> None:
+def test_self_search_drops_own_index(small_tiles, monkeypatch, distance, symmetric) -> None:
+    if not symmetric:
+        monkeypatch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 10**9)
     x = torch.randn(150, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     k = 9
     values, indices = CustomKNN(distance)(x, k, x, ref_includes_query=True)

@@ -36,6 +36,9 @@ DISABLE_ENV = "PML_DISABLE_NUMBA"
 MIN_PART = 64
 # Rows per candidate buffer (the compiled search's tile side, so a tile feeds one buffer).
 ROWS_PER_BUFFER = 2048
+# Room past k in each candidate buffer, in blocks: a full buffer is cut back to its k best,
+# so a small room tightens the bound often and leaves little for ``finish`` to sort out.
+SLACK_BLOCKS = 4
 
 
 def available() -> bool:
@@ -93,7 +96,7 @@ class CompiledTopK:
         self._kernels: Any = kernels
         self.k = k
         self.num_rows = num_rows
-        capacity = 2 * k + 4 * kernels.BLOCK  # room to append a whole block past k
+        capacity = k + SLACK_BLOCKS * kernels.BLOCK
         self._buffers: list[tuple[np.ndarray, np.ndarray] | None] = [
             (
                 np.empty((min(ROWS_PER_BUFFER, num_rows - first), capacity), dtype=np.float32),

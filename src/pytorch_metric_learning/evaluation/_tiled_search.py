@@ -94,9 +94,18 @@ def square_tile(budget_bytes: int, element_size: int) -> int:
 
 
 def search_symmetric(
-    scorer: Scorer, num_rows: int, k: int, tile: tuple[int, int], like: torch.Tensor
+    scorer: Scorer,
+    size: tuple[int, int, int],
+    tile: tuple[int, int],
+    like: torch.Tensor,
+    skip_diagonal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k of every row of a symmetric score matrix from its tiles on and above the diagonal."""
+    """Top-k of every row of a symmetric score matrix from its tiles on and above the diagonal.
+
+    ``size`` is ``(num_rows, num_rows, k)``; ``skip_diagonal`` leaves each row's own entry
+    out.
+    """
+    num_rows, _, k = size
     tile_rows, tile_cols = tile
     state = RunningTopK(num_rows, k, like.dtype, like.device)
     buffer = _buffer(min(tile_rows, num_rows) * min(tile_cols, num_rows), like)
@@ -105,6 +114,8 @@ def search_symmetric(
         for c0 in range(r0, num_rows, tile_cols):
             cols = slice(c0, min(c0 + tile_cols, num_rows))
             scores = scorer.tile(slice(r0, r1), cols, _view(buffer, slice(r0, r1), cols))
+            if skip_diagonal:  # the entries (i, i) of this tile, if any
+                scores.diagonal(offset=r0 - c0).fill_(torch.inf)
             _push(state, r0, scores, c0)
             below = max(r1 - c0, 0)  # columns that are rows of this block: already fed
             if below < scores.shape[1]:

@@ -142,7 +142,8 @@ class CustomKNN:
         self, query: torch.Tensor, reference: torch.Tensor, k: int, same: bool, drop_self: bool
     ) -> tuple[torch.Tensor, torch.Tensor, bool]:
         """``(values, indices, dropped)``; ``dropped``: each row's own index was left out
-        and k - 1 neighbours found (only a self-search can drop it, and only if asked)."""
+        and k - 1 neighbours found (only a self-search can drop it, and only if asked;
+        the matrix-product paths do, by scoring each row's own entry as inf)."""
         if same:
             query = reference = self.distance.prepare(query, None)[0]
         else:
@@ -153,23 +154,27 @@ class CustomKNN:
         compiled = self._compiled_pays(query, reference)
         symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
         scorer = _fast_scorer(self.distance, query, reference, symmetric)
-        dropped = compiled and drop_self
+        size = (len(query), len(reference), k - 1 if drop_self else k)
         if compiled:
-            size = (len(query), len(reference), k - 1 if dropped else k)
-            values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, dropped)
+            values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self)
             values = scorer.finish(values)
         elif symmetric:
-            values, indices = search_symmetric(scorer, len(query), k, tile, query)
+            values, indices = search_symmetric(scorer, size, tile, query, drop_self)
         else:
-            values, indices = self._search_rows(scorer, len(query), len(reference), k, query)
+            values, indices = self._search_rows(scorer, size, query, drop_self)
         if isinstance(scorer, SquaredEuclidean):
             values = _power_of_squared(values, self.distance.power)
-        return values, indices, dropped
+        return values, indices, drop_self
 
     def _search_rows(
-        self, scorer: Scorer, num_query: int, num_ref: int, k: int, like: torch.Tensor
+        self, scorer: Scorer, size: tuple[int, int, int], like: torch.Tensor, skip_self: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whole rows of scores per block, each reduced by the grouped top-k."""
+        """Whole rows of scores per block, each reduced by the grouped top-k.
+
+        ``size`` is ``(num_query, num_ref, k)``; ``skip_self`` (a set searched against
+        itself) leaves each row's own entry out.
+        """
+        num_query, num_ref, k = size
         values = torch.empty((num_query, k), dtype=like.dtype, device=like.device)
         indices = torch.empty((num_query, k), dtype=torch.long, device=like.device)
         rows = self._rows(num_ref, like.element_size(), grow=True)
@@ -178,7 +183,10 @@ class CustomKNN:
         for start in range(0, num_query, rows):
             block = slice(start, min(start + rows, num_query))
             out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
-            values[block], indices[block] = topk(scorer.tile(block, every, out), k, largest=False)
+            scores = scorer.tile(block, every, out)
+            if skip_self:
+                scores.diagonal(offset=start).fill_(torch.inf)
+            values[block], indices[block] = topk(scores, k, largest=False)
         return scorer.finish(values), indices
 
     def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor) -> bool:
@@ -287,11 +295,11 @@ def remove_self_matches(
         [[4, 5], [3, 4]]
     """
     num_rows, width = indices.shape
-    own = torch.arange(num_rows, device=indices.device).unsqueeze(1)
-    drop = indices == own
-    drop[:, -1] |= ~drop.any(dim=1)
-    keep = ~drop
-    return distances[keep].view(num_rows, width - 1), indices[keep].view(num_rows, width - 1)
+    own = indices == torch.arange(num_rows, device=indices.device).unsqueeze(1)
+    dropped = torch.where(own.any(dim=1), own.to(torch.uint8).argmax(dim=1), width - 1)
+    keep = torch.arange(width - 1, device=indices.device).expand(num_rows, -1)
+    keep = keep + (keep >= dropped.unsqueeze(1))  # the columns after the dropped one
+    return distances.gather(1, keep), indices.gather(1, keep)
 
 
 def _symmetric_pays(k: int, num_rows: int, tile_side: int) -> bool:
