@@ -86,6 +86,47 @@ def test_columns_fed_tile_by_tile_equal_sorting(problem, threads, buffer_rows) -
     _assert_ties_by_index(values, indices)
 
 
+@st.composite
+def symmetric_matrix(draw):
+    """A symmetric float32 matrix with many exact ties, a tile side and a k."""
+    n = draw(st.integers(2, 40))
+    levels = draw(st.sampled_from([2, 40, 100_000]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    matrix = torch.randint(0, levels, (n, n), generator=generator).float()
+    return torch.minimum(matrix, matrix.T), draw(st.integers(1, n)), draw(st.integers(1, n))
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=symmetric_matrix(), threads=st.sampled_from([1, 2, 3]), buffer_rows=BUFFER_ROWS)
+def test_tiles_fed_through_rows_and_columns_at_once_equal_sorting(
+    problem, threads, buffer_rows
+) -> None:
+    """The tiles on and above the diagonal of a symmetric matrix: ``push_both`` feeds the
+    rows of both its row block and its column block."""
+    matrix, side, k = problem
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_compiled_topk, "MIN_PART", 1)
+        patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
+        state = _compiled_topk.CompiledTopK(len(matrix), k, threads=threads)
+        for r0 in range(0, len(matrix), side):
+            for c0 in range(r0, len(matrix), side):
+                tile = matrix[r0 : r0 + side, c0 : c0 + side]
+                if c0 == r0:
+                    state.push_rows(r0, tile, c0)
+                else:
+                    state.push_both(r0, tile, c0)
+        values, indices = state.finish()
+    assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
+    _assert_ties_by_index(values, indices)
+
+
+def test_push_both_takes_tiles_off_the_diagonal_only() -> None:
+    state = _compiled_topk.CompiledTopK(10, 2)
+    with pytest.raises(ValueError, match="off the diagonal"):
+        state.push_both(0, torch.zeros(4, 4), 2)
+
+
 @settings(max_examples=100, deadline=None)
 @given(problem=tiled_matrix(), low=st.floats(-1.0, 1e5))
 def test_a_preset_bound_keeps_every_value_below_it(problem, low) -> None:
@@ -129,11 +170,15 @@ def compiled_everywhere(monkeypatch):
     distance_index=st.integers(0, len(FAST) - 1),
     mode=st.sampled_from(["none", "is", "separate", "drop self"]),
     spread=st.sampled_from([3.0, -100.0]),
+    buffer_rows=st.sampled_from([20, 2048]),
 )
-def test_compiled_search_equals_brute_force(problem, distance_index, mode, spread) -> None:
+def test_compiled_search_equals_brute_force(
+    problem, distance_index, mode, spread, buffer_rows
+) -> None:
     """Self and separate search, with ties and duplicate points; spread -100 makes most
     sampled bounds too low, so those rows are searched again whole. "drop self" leaves each
-    row's own index out (ref_includes_query)."""
+    row's own index out (ref_includes_query). Buffers of 20 rows split the 32-row tiles,
+    so self-search feeds rows and columns apart; with 2048 it feeds both at once."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
@@ -141,7 +186,7 @@ def test_compiled_search_equals_brute_force(problem, distance_index, mode, sprea
         patch.setattr(search_module, "SAMPLE", 16)
         patch.setattr(search_module, "SPREAD", spread)
         patch.setattr(_compiled_topk, "MIN_PART", 1)
-        patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", 20)  # tiles span two buffers
+        patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
         query, reference, k = problem
         query, reference = query.float() + 0.5, reference.float() + 0.5  # float32, no zero rows
         reference = query if mode != "separate" else reference

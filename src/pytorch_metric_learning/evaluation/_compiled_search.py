@@ -55,9 +55,10 @@ def search_compiled(
             scores = scorer.tile(rows, cols, out)
             if skip_diagonal and c0 == r0:
                 scores.diagonal().fill_(torch.inf)
-            state.push_rows(r0, scores, c0)
             if symmetric and c0 != r0:
-                state.push_columns(c0, scores, r0)
+                state.push_both(r0, scores, c0)
+            else:
+                state.push_rows(r0, scores, c0)
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
     values, indices = state.finish()
     if len(short):

@@ -97,6 +97,49 @@ def _first_bound(
     return np.nextafter(kth, np.float32(np.inf))
 
 
+@_inline
+def _offer_row(
+    row: np.ndarray,
+    own_values: np.ndarray,
+    own_indices: np.ndarray,
+    filled: int,
+    limit: np.float32,
+    k: int,
+    first_index: int,
+    scratch: np.ndarray,
+    ties: np.ndarray,
+    minima: np.ndarray,
+) -> tuple[int, np.float32]:
+    """Offer ``row[c]`` as candidate ``first_index + c`` to a row holding ``filled``
+    candidates under ``limit``; return its new (count, bound)."""
+    width = row.shape[0]
+    capacity = own_values.shape[0]
+    blocks = width // BLOCK
+    if filled == 0 and limit == np.inf:
+        limit = _first_bound(row, width, k, minima, scratch)
+    for j0 in range(0, blocks * BLOCK, BLOCK):
+        low = row[j0]
+        for t in range(1, BLOCK):
+            low = min(low, row[j0 + t])
+        if low < limit:
+            if filled + BLOCK > capacity:
+                filled, limit = _shrink(own_values, own_indices, filled, k, scratch, ties)
+            for t in range(BLOCK):
+                value = row[j0 + t]
+                own_values[filled] = value
+                own_indices[filled] = first_index + j0 + t
+                filled += value < limit
+    for j in range(blocks * BLOCK, width):
+        value = row[j]
+        if value < limit:
+            if filled == capacity:
+                filled, limit = _shrink(own_values, own_indices, filled, k, scratch, ties)
+            own_values[filled] = value
+            own_indices[filled] = first_index + j
+            filled += 1
+    return filled, limit
+
+
 @_jit
 def push_rows(
     tile: np.ndarray,
@@ -113,41 +156,15 @@ def push_rows(
     """Offer row ``i`` of ``tile`` (``start <= i < stop``) to row ``first_row + i``."""
     width = tile.shape[1]
     capacity = values.shape[1]
-    blocks = width // BLOCK
     scratch = np.empty(max(capacity, width), np.float32)
     ties = np.empty(capacity, np.int32)
     minima = np.empty(width, np.float32)
     for i in range(start, stop):
         r = first_row + i
-        own_values = values[r]
-        own_indices = indices[r]
-        row = tile[i]
-        filled = count[r]
-        limit = bound[r]
-        if filled == 0 and limit == np.inf:
-            limit = _first_bound(row, width, k, minima, scratch)
-        for j0 in range(0, blocks * BLOCK, BLOCK):
-            low = row[j0]
-            for t in range(1, BLOCK):
-                low = min(low, row[j0 + t])
-            if low < limit:
-                if filled + BLOCK > capacity:
-                    filled, limit = _shrink(own_values, own_indices, filled, k, scratch, ties)
-                for t in range(BLOCK):
-                    value = row[j0 + t]
-                    own_values[filled] = value
-                    own_indices[filled] = first_index + j0 + t
-                    filled += value < limit
-        for j in range(blocks * BLOCK, width):
-            value = row[j]
-            if value < limit:
-                if filled == capacity:
-                    filled, limit = _shrink(own_values, own_indices, filled, k, scratch, ties)
-                own_values[filled] = value
-                own_indices[filled] = first_index + j
-                filled += 1
-        count[r] = filled
-        bound[r] = limit
+        count[r], bound[r] = _offer_row(
+            tile[i], values[r], indices[r], count[r], bound[r], k, first_index,
+            scratch, ties, minima,
+        )  # fmt: skip
 
 
 @_inline
@@ -204,6 +221,71 @@ def _append_column(
     return limit
 
 
+@_inline
+def _column_limits(
+    tile: np.ndarray,
+    count: np.ndarray,
+    bound: np.ndarray,
+    k: int,
+    first_row: int,
+    start: int,
+    stop: int,
+    limit: np.ndarray,
+    scratch: np.ndarray,
+) -> None:
+    """``limit[j]``: the bound of the row fed by column ``start + j`` (from the whole column
+    if the row has none yet)."""
+    height = tile.shape[0]
+    column = np.empty(height, np.float32)
+    minima = np.empty(height, np.float32)
+    for j in range(stop - start):
+        r = first_row + start + j
+        limit[j] = bound[r]
+        if count[r] == 0 and limit[j] == np.inf:
+            for i in range(height):
+                column[i] = tile[i, start + j]
+            limit[j] = _first_bound(column, height, k, minima, scratch)
+
+
+@_inline
+def _offer_columns(
+    tile: np.ndarray,
+    i0: int,
+    i1: int,
+    values: np.ndarray,
+    indices: np.ndarray,
+    count: np.ndarray,
+    k: int,
+    first_row: int,
+    first_index: int,
+    start: int,
+    stop: int,
+    low: np.ndarray,
+    limit: np.ndarray,
+    scratch: np.ndarray,
+    ties: np.ndarray,
+) -> None:
+    """Offer ``tile[i, j]`` (``i0 <= i < i1``, at most ``BLOCK`` rows; ``start <= j < stop``)
+    as candidate ``first_index + i`` to row ``first_row + j``, whose bound is
+    ``limit[j - start]``."""
+    if i1 - i0 == BLOCK:
+        _column_minima(tile, i0, start, stop, low)
+        for j in range(stop - start):
+            if low[j] < limit[j]:
+                limit[j] = _append_column(
+                    tile, i0, i1, start + j, values, indices, count, k,
+                    first_row + start + j, first_index, limit[j], scratch, ties,
+                )  # fmt: skip
+        return
+    for i in range(i0, i1):
+        for j in range(stop - start):
+            if tile[i, start + j] < limit[j]:
+                limit[j] = _append_column(
+                    tile, i, i + 1, start + j, values, indices, count, k,
+                    first_row + start + j, first_index, limit[j], scratch, ties,
+                )  # fmt: skip
+
+
 @_jit
 def push_columns(
     tile: np.ndarray,
@@ -220,43 +302,69 @@ def push_columns(
     """Offer column ``j`` of ``tile`` (``start <= j < stop``) to row ``first_row + j``."""
     height = tile.shape[0]
     capacity = values.shape[1]
-    span = stop - start
     scratch = np.empty(max(capacity, height), np.float32)
     ties = np.empty(capacity, np.int32)
-    column = np.empty(height, np.float32)
-    minima = np.empty(height, np.float32)
-    low = np.empty(span, np.float32)
-    limit = np.empty(span, np.float32)
-    for j in range(span):
-        r = first_row + start + j
-        limit[j] = bound[r]
-        if count[r] == 0 and limit[j] == np.inf:
-            for i in range(height):
-                column[i] = tile[i, start + j]
-            limit[j] = _first_bound(column, height, k, minima, scratch)
-    whole = height - height % BLOCK
-    for i0 in range(0, whole, BLOCK):
-        _column_minima(tile, i0, start, stop, low)
-        hits = 0
-        for j in range(span):
-            hits += low[j] < limit[j]
-        if hits == 0:
-            continue
-        for j in range(span):
-            if low[j] < limit[j]:
-                limit[j] = _append_column(
-                    tile, i0, i0 + BLOCK, start + j, values, indices, count, k,
-                    first_row + start + j, first_index, limit[j], scratch, ties,
-                )  # fmt: skip
-    for i0 in range(whole, height):
-        for j in range(span):
-            if tile[i0, start + j] < limit[j]:
-                limit[j] = _append_column(
-                    tile, i0, i0 + 1, start + j, values, indices, count, k,
-                    first_row + start + j, first_index, limit[j], scratch, ties,
-                )  # fmt: skip
-    for j in range(span):
+    low = np.empty(stop - start, np.float32)
+    limit = np.empty(stop - start, np.float32)
+    _column_limits(tile, count, bound, k, first_row, start, stop, limit, scratch)
+    for i0 in range(0, height, BLOCK):
+        _offer_columns(
+            tile, i0, min(i0 + BLOCK, height), values, indices, count, k, first_row,
+            first_index, start, stop, low, limit, scratch, ties,
+        )  # fmt: skip
+    for j in range(stop - start):
         bound[first_row + start + j] = limit[j]
+
+
+@_jit
+def push_both(
+    tile: np.ndarray,
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    k: int,
+    first: tuple[int, int],
+    indices: tuple[int, int],
+    row_range: tuple[int, int],
+    column_range: tuple[int, int],
+    offer_rows: bool,
+) -> None:
+    """Offer a tile of a symmetric matrix through its rows and its columns, reading each
+    ``BLOCK`` of its rows once for both.
+
+    ``rows`` and ``columns`` are the ``(values, indices, count, bound)`` of the rows the
+    tile's rows and columns feed, from ``first = (row, column)`` on; ``indices`` are the
+    candidate numbers of the tile's first column and first row. Columns
+    ``column_range`` take tile rows ``row_range``; with ``offer_rows``, so do those rows
+    take the whole width.
+    """
+    values, row_indices, count, bound = rows
+    column_values, column_indices, column_count, column_bound = columns
+    first_row, first_column = first
+    row_index, column_index = indices
+    start, stop = column_range
+    height, width = tile.shape
+    capacity = values.shape[1]
+    scratch = np.empty(max(capacity, height, width), np.float32)
+    ties = np.empty(capacity, np.int32)
+    minima = np.empty(max(height, width), np.float32)
+    low = np.empty(stop - start, np.float32)
+    limit = np.empty(stop - start, np.float32)
+    _column_limits(tile, column_count, column_bound, k, first_column, start, stop, limit, scratch)
+    for i0 in range(row_range[0], row_range[1], BLOCK):
+        i1 = min(i0 + BLOCK, row_range[1])
+        _offer_columns(
+            tile, i0, i1, column_values, column_indices, column_count, k, first_column,
+            column_index, start, stop, low, limit, scratch, ties,
+        )  # fmt: skip
+        if offer_rows:
+            for i in range(i0, i1):
+                r = first_row + i
+                count[r], bound[r] = _offer_row(
+                    tile[i], values[r], row_indices[r], count[r], bound[r], k, row_index,
+                    scratch, ties, minima,
+                )  # fmt: skip
+    for j in range(stop - start):
+        column_bound[first_column + start + j] = limit[j]
 
 
 _SIGN = np.uint32(0x80000000)
