@@ -2,14 +2,14 @@
 
 Each row keeps a buffer of candidates and a bound: at least k of its values seen so far lie
 below the bound, so nothing at or above it can enter the row's top k. A tile is read once:
-per 16 consecutive entries of a row (or, for the rows fed by the tile's columns, per 16
-tile rows of a column) one vectorized minimum is compared with the bound, and only
+per ``BLOCK`` (8) consecutive entries of a row (or, for the rows fed by the tile's columns,
+per 8 tile rows of a column) one vectorized minimum is compared with the bound, and only
 blocks that beat it are opened. Their entries below the bound are appended to the buffer
 without branches; a full buffer is cut back to its k smallest (quickselect), which tightens
 the bound, as faiss's reservoirs do. A row without candidates takes its first bound from its
 first tile: the k-th smallest block minimum (each is an entry of the row, so at least k
 entries lie at or below it). A tile off the diagonal of a symmetric matrix can feed both
-its rows and its columns in one pass (``push_both``): each block of 16 tile rows is read
+its rows and its columns in one pass (``push_both``): each block of 8 tile rows is read
 from memory once, for the column minima and for its own rows.
 Exact: only values that cannot be in the top k are ever dropped; ``finish`` sorts the rest,
 so the result equals ``torch.topk`` up to the order of ties. Scores must not be NaN.
@@ -42,7 +42,7 @@ ROWS_PER_BUFFER = 2048
 # A full buffer is cut back to its k best, so a small room tightens the bound often and
 # leaves little for ``finish``; but each cut costs a quickselect over the whole buffer, so
 # the room grows with k (k=550: 838 entries cost 4.8 s against 7.8 s with k + 64).
-SLACK_BLOCKS = 4
+SLACK_BLOCKS = 8
 SLACK_FRACTION = 0.5
 
 

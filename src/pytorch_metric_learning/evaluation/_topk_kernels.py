@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-BLOCK = 16
+BLOCK = 8
 
 # No "ninf": inf is the bound of a row that has none yet.
 _FAST = {"nnan", "nsz", "arcp", "contract", "reassoc", "afn"}
