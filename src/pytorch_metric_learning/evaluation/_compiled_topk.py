@@ -41,7 +41,7 @@ ROWS_PER_BUFFER = 2048
 # Room past k in each candidate buffer: SLACK_BLOCKS blocks, or SLACK_FRACTION of k if more.
 # A full buffer is cut back to its k best, so a small room tightens the bound often and
 # leaves little for ``finish``; but each cut costs a quickselect over the whole buffer, so
-# the room grows with k (k=550: 838 entries cost 4.8 s against 7.8 s with k + 64).
+# the room grows with k (k=550: about 830 entries cost 4.8 s against 7.8 s with k + 64).
 SLACK_BLOCKS = 8
 SLACK_FRACTION = 0.5
 
@@ -147,17 +147,12 @@ class CompiledTopK:
         parts = min(self.threads, max(1, height // MIN_PART), max(1, width // MIN_PART))
         row_edges = [height * part // parts for part in range(parts + 1)]
         column_edges = [width * part // parts for part in range(parts + 1)]
-        work = functools.partial(
-            _push_both_part, self._kernels.push_both, tile, state, row_edges, column_edges
+        _in_parts(
+            functools.partial(
+                _push_both_part, self._kernels.push_both, tile, state, row_edges, column_edges
+            ),
+            parts,
         )
-        if parts == 1:
-            work(0)
-            return
-        pool = _pool(parts - 1, os.getpid())
-        futures = [pool.submit(work, part) for part in range(1, parts)]
-        work(0)
-        for future in futures:
-            future.result()
 
     def finish(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(values, indices)`` of each row's k smallest candidates, sorted by value
@@ -188,43 +183,49 @@ class CompiledTopK:
         """``((values, indices, count, bound), offset)`` of the buffer that holds rows
         ``first_row:first_row + size``; None if they span two."""
         number = first_row // ROWS_PER_BUFFER
+        state = self._buffer_state(number)
         base = number * ROWS_PER_BUFFER
+        if first_row + size > base + len(state[0]):
+            return None
+        return state, first_row - base
+
+    def _buffer_state(self, number: int) -> tuple[np.ndarray, ...]:
+        """``(values, indices, count, bound)`` of candidate buffer ``number``."""
         buffer = self._buffers[number]
         if buffer is None:
             raise RuntimeError("a finished CompiledTopK takes no more candidates")
-        if first_row + size > base + len(buffer[0]):
-            return None
+        base = number * ROWS_PER_BUFFER
         rows = slice(base, base + len(buffer[0]))
-        return (*buffer, self.count[rows], self.bound[rows]), first_row - base
+        return (*buffer, self.count[rows], self.bound[rows])
 
     def _push(self, kernel: Any, tile: np.ndarray, size: int, first_row: int, first: int) -> None:
         """Run ``kernel`` on the tile's rows (or columns) ``0:size``, which feed rows
         ``first_row:first_row + size``, one candidate buffer at a time."""
         for number in range(first_row // ROWS_PER_BUFFER, _ceil_div(first_row + size)):
-            buffer = self._buffers[number]
-            if buffer is None:
-                raise RuntimeError("a finished CompiledTopK takes no more candidates")
+            state = self._buffer_state(number)
             base = number * ROWS_PER_BUFFER
-            rows = slice(base, base + len(buffer[0]))
-            state = (*buffer, self.count[rows], self.bound[rows], self.k, first_row - base)
             low = max(0, base - first_row)
-            high = min(size, base + len(buffer[0]) - first_row)
-            self._map(low, high, kernel, tile, *state, first)
+            high = min(size, base + len(state[0]) - first_row)
+            self._map(low, high, kernel, tile, *state, self.k, first_row - base, first)
 
     def _map(self, low: int, high: int, kernel: Any, *args: Any) -> None:
         """``kernel(*args, a, b)`` over the parts ``a:b`` of ``low:high``, split over the
         threads."""
         parts = min(self.threads, max(1, (high - low) // MIN_PART))
-        if parts == 1:
-            kernel(*args, low, high)
-            return
         edges = [low + (high - low) * part // parts for part in range(parts + 1)]
-        pool = _pool(parts - 1, os.getpid())
-        work = functools.partial(kernel, *args)
-        futures = [pool.submit(work, a, b) for a, b in zip(edges[1:-1], edges[2:])]
-        work(edges[0], edges[1])
-        for future in futures:
-            future.result()
+        _in_parts(lambda part: kernel(*args, edges[part], edges[part + 1]), parts)
+
+
+def _in_parts(work: Any, parts: int) -> None:
+    """``work(part)`` for every part, part 0 on this thread and the others on the pool."""
+    if parts == 1:
+        work(0)
+        return
+    pool = _pool(parts - 1, os.getpid())
+    futures = [pool.submit(work, part) for part in range(1, parts)]
+    work(0)
+    for future in futures:
+        future.result()
 
 
 def _push_both_part(
