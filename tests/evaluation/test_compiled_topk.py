@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -304,6 +306,79 @@ def test_unavailable_numba_leaves_the_pytorch_paths(monkeypatch) -> None:
     _, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 4)
     table = ((x[:, None, :] - x[None, :, :]) ** 2).sum(2).double().numpy()
     assert_top_k(np.take_along_axis(table, indices.numpy(), 1), indices.numpy(), table, 4)
+
+
+@pytest.fixture
+def reloaded_kernels():
+    """``_kernels()`` looked up afresh in the test, and again by the tests after it."""
+    _compiled_topk._kernels.cache_clear()
+    yield
+    _compiled_topk._kernels.cache_clear()
+
+
+def _search_keeps_the_pytorch_paths(monkeypatch) -> None:
+    monkeypatch.setattr(_compiled_topk, "_used", False)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+    calls = _spy_on_compiled_searches(monkeypatch)
+    x = torch.randn(60, 4, generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once, at the first lookup, not per search
+        _, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 5)
+    table = ((x[:, None, :] - x[None, :, :]) ** 2).sum(2).double().numpy()
+    assert_top_k(np.take_along_axis(table, indices.numpy(), 1), indices.numpy(), table, 5)
+    assert calls == [] and not _compiled_topk.loaded()
+
+
+def test_loops_that_fail_to_load_warn_and_leave_the_pytorch_paths(
+    monkeypatch, reloaded_kernels
+) -> None:
+    def broken(kernels):
+        raise OSError("could not load libllvmlite.so")
+
+    monkeypatch.setattr(_compiled_topk, "_try_out", broken)
+    with pytest.warns(RuntimeWarning, match="could not be used .OSError: could not load libllvm"):
+        assert not _compiled_topk.available()
+    with pytest.raises(ModuleNotFoundError, match="numba"):
+        _compiled_topk.CompiledTopK(3, 1)
+    _search_keeps_the_pytorch_paths(monkeypatch)
+
+
+def test_loops_that_fail_to_import_warn_when_numba_is_installed(
+    monkeypatch, reloaded_kernels
+) -> None:
+    package = importlib.import_module("pytorch_metric_learning.evaluation")
+    monkeypatch.delattr(package, "_topk_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "pytorch_metric_learning.evaluation._topk_kernels", None)
+    with pytest.warns(RuntimeWarning, match="PML_DISABLE_NUMBA=1"):
+        assert _compiled_topk._kernels() is None
+    _search_keeps_the_pytorch_paths(monkeypatch)
+
+
+def test_no_warning_without_numba(monkeypatch, reloaded_kernels) -> None:
+    package = importlib.import_module("pytorch_metric_learning.evaluation")
+    monkeypatch.delattr(package, "_topk_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "pytorch_metric_learning.evaluation._topk_kernels", None)
+    monkeypatch.setattr(_compiled_topk.importlib.util, "find_spec", lambda name: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _compiled_topk._kernels() is None
+
+
+def test_the_load_check_catches_loops_that_return_a_wrong_top_k() -> None:
+    real = _compiled_topk._kernels()
+
+    def finish_off_by_one(*args):
+        real.finish(*args)
+        args[4][:, -1] += 1
+
+    names = ("BLOCK", "push_rows", "push_columns", "push_both", "kth_smallest_rows")
+    wrong = SimpleNamespace(
+        finish=finish_off_by_one, **{name: getattr(real, name) for name in names}
+    )
+    with pytest.raises(RuntimeError, match="wrong top-k"):
+        _compiled_topk._try_out(wrong)
+    _compiled_topk._try_out(real)
 
 
 def test_finish_releases_the_candidates_buffer_by_buffer(monkeypatch) -> None:

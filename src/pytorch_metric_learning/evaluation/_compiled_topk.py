@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._warnings import warn_external
+
 __all__ = ["CompiledTopK", "available", "installed", "loaded"]
 
 # Set to 1 to never use the compiled loops (the PyTorch paths serve every search).
@@ -71,11 +73,51 @@ _used = False
 
 @functools.lru_cache(maxsize=1)
 def _kernels() -> ModuleType | None:
+    """The compiled loops, each loaded and tried once; None (with a warning if numba is
+    installed) when they cannot be used, so that searches keep the PyTorch paths."""
     try:
         from . import _topk_kernels
-    except ImportError:
+
+        _try_out(_topk_kernels)
+    except Exception as error:  # a broken numba or llvmlite, or loops it cannot compile
+        if importlib.util.find_spec("numba") is not None:
+            warn_external(
+                f"The compiled top-k loops (numba) could not be used ({type(error).__name__}: "
+                f"{error}); exact CPU searches keep the PyTorch paths, which find the same "
+                f"neighbours more slowly. Set {DISABLE_ENV}=1 to skip numba.",
+                RuntimeWarning,
+            )
         return None
     return _topk_kernels
+
+
+def _try_out(kernels: Any) -> None:
+    """Run every loop on a small tile, as the searches call them, and check the top-k.
+
+    Loads (or compiles) each loop now, not in the middle of a search.
+    """
+    k, size = 2, 3 * kernels.BLOCK
+    tile = np.random.default_rng(0).permutation(size * size).astype(np.float32)
+    tile = tile.reshape(size, size)
+    capacity = k + kernels.BLOCK * SLACK_BLOCKS
+    values = np.empty((2 * size, capacity), dtype=np.float32)
+    indices = np.empty((2 * size, capacity), dtype=np.int32)
+    count = np.zeros(2 * size, dtype=np.int64)
+    bound = np.full(2 * size, np.inf, dtype=np.float32)
+    kernels.push_rows(tile, values, indices, count, bound, k, 0, 0, 0, size)
+    kernels.push_columns(tile, values, indices, count, bound, k, 0, size, 0, size)
+    state = (values, indices, count, bound)
+    kernels.push_both(tile, state, state, k, (0, size), (size, 0), (0, size), (0, size), True)
+    out = (np.empty((2 * size, k), dtype=np.float32), np.empty((2 * size, k), dtype=np.int64))
+    kernels.finish(values, indices, count, k, *out, 0, 2 * size)
+    kth = np.empty(size, dtype=np.float32)
+    kernels.kth_smallest_rows(tile, k, kth, 0, size)
+    # Row r < size saw tile row r twice and tile column r; row size + c saw tile column c.
+    seen = np.concatenate([tile, tile.T, tile], axis=1)
+    expected = np.concatenate([np.sort(seen, axis=1)[:, :k], np.sort(tile.T, axis=1)[:, :k]])
+    kth_expected = np.sort(tile, axis=1)[:, k - 1]
+    if not (np.array_equal(out[0], expected) and np.array_equal(kth, kth_expected)):
+        raise RuntimeError("they returned a wrong top-k on a test tile")
 
 
 class CompiledTopK:
