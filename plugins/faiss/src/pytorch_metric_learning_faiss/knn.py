@@ -32,6 +32,9 @@ __all__ = ["FaissKNN"]
 logger = logging.getLogger(f"{LOGGER_PREFIX}.knn")
 
 _OWNER = "FaissKNN"
+# Embeddings whose largest magnitude is below this (about 8.7e-19) have squared distances
+# within 2**6 of float32's smallest normal number: they underflow, and neighbours tie.
+SMALLEST_MAGNITUDE = 2.0**-60
 IndexInitFn = Callable[[int], Any]
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -209,6 +212,7 @@ class FaissKNN:
     def add(self, reference: torch.Tensor | np.ndarray) -> None:
         """Append rows to the index (a new one if there is none); their indices continue."""
         reference = check_embeddings(_from_array(reference), "reference", _OWNER)
+        _check_magnitude({"reference": reference})
         self._ensure_index(reference.shape[1])
         self._place(reference.device, None)
         self._append(reference)
@@ -263,6 +267,7 @@ class FaissKNN:
         existing = None if self.reset_before else self._index
         if reference is not None:
             check_search_inputs(query, reference, _OWNER)
+            _check_magnitude({"query": query, "reference": reference})
         elif existing is None:
             raise InvalidArgumentError(
                 f"{_OWNER} has no index to search: pass a reference, or call train(), add() "
@@ -426,6 +431,23 @@ def _check_all_found(indices: torch.Tensor, k: int, exact: bool = False) -> None
         raise BackendRuntimeError(
             f"{found}: an approximate index searched too little of itself. "
             "Raise nprobe (IVF) or efSearch (HNSW), or ask for fewer neighbours."
+        )
+
+
+def _check_magnitude(embeddings: dict[str, torch.Tensor]) -> None:
+    """Refuse embeddings (all of them together) too small for float32 squared distances.
+
+    A query alone may be that small: its distances are then the references' squared norms.
+    """
+    largest = max((float(x.abs().max()) for x in embeddings.values() if x.numel()), default=0.0)
+    if 0.0 < largest < SMALLEST_MAGNITUDE:
+        names = " and ".join(f"'{name}'" for name in embeddings)
+        noun = "parameters" if len(embeddings) > 1 else "parameter"
+        raise InvalidArgumentError(
+            f"The {names} {noun} of {_OWNER} must hold embeddings of magnitude above about "
+            f"1e-18. Got a largest magnitude of {largest:.1e}: their squared distances "
+            "underflow float32, so faiss would rank ties. Scale the embeddings up (a power of "
+            "two is exact), or use CustomKNN, which rescales them itself."
         )
 
 
