@@ -634,3 +634,19 @@ def test_faiss_backends_by_name_give_the_same_knn_metrics():
     assert faiss_knn == pytest.approx(ours, abs=1e-12)
     got = AccuracyCalculator(include=("NMI", "AMI"), kmeans_func="faiss").get_accuracy(x, y)
     assert 0.0 <= got["NMI"] <= 1.0
+
+
+@pytest.mark.parametrize("scale", [2.0**80, 2.0**-90, 1e20, 1e-25])
+def test_embeddings_at_the_edges_of_float32_get_the_unscaled_metrics(scale) -> None:
+    """Squared distances of such embeddings overflow or underflow float32; the search and
+    the k-means both rescale by a power of two, so every default metric is unchanged."""
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 8, (600,), generator=generator)
+    centers = torch.randn(8, 16, generator=generator)
+    x = centers[labels] + 0.8 * torch.randn(600, 16, generator=generator)
+    x = x / x.abs().max()
+    expected = AccuracyCalculator().get_accuracy(x, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # 1e20: distances returned as inf
+        found = AccuracyCalculator().get_accuracy(x * scale, labels)
+    assert found == expected

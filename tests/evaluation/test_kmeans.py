@@ -258,3 +258,20 @@ def test_nearest_other_is_a_tight_lower_bound():
     assert bool((bound.double() <= nearest + 1e-9).all())
     finite = torch.isfinite(nearest)
     assert bool((nearest[finite] - bound[finite].double() < 0.5).all())
+
+
+@pytest.mark.parametrize("exponent", [80, -90, 126])
+def test_embeddings_scaled_by_a_power_of_two_get_the_same_clusters(exponent):
+    # Squared distances of 2**80 or 2**-90 embeddings overflow or underflow float32: the
+    # rows are scaled back by a power of two, which is exact, so nothing else changes.
+    x, _ = blobs(6, 40, spread=3.0)
+    x = x / x.abs().max()  # magnitude 1: the unscaled run is not rescaled itself
+    expected = TorchKMeans(seed=3, n_init=2)(x, 6)
+    assert torch.equal(TorchKMeans(seed=3, n_init=2)(x * 2.0**exponent, 6), expected)
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-25])
+def test_embeddings_at_the_edges_of_float32_are_clustered_like_unscaled_ones(scale):
+    x, labels = blobs(8, 30, spread=1.0)
+    clusters = TorchKMeans(seed=0)(x * scale, 8)
+    assert normalized_mutual_info_score(labels.numpy(), clusters.numpy()) == pytest.approx(1.0)

@@ -285,6 +285,26 @@ def test_overflowing_distances_warn_and_keep_exact_neighbours() -> None:
     assert torch.equal(indices, knn(x, 3)[1])
 
 
+@pytest.mark.parametrize("exponent", [997, -1000])
+@pytest.mark.parametrize("power", [1, 2])
+def test_float64_embeddings_near_the_ends_of_float64(exponent, power) -> None:
+    """Their squared distances leave float64: returned as inf (with the warning) or 0,
+    never an OverflowError, and the neighbours are those of the unscaled embeddings."""
+    x = torch.randn(40, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=power))
+    expected_d, expected_i = knn(x, 4, x, True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        distances, indices = knn(x * 2.0**exponent, 4, x * 2.0**exponent, True)
+    assert torch.equal(indices, expected_i)
+    if power == 1:  # 2**997 times distances near 1: still float64
+        assert torch.equal(distances, expected_d * 2.0**exponent)
+    else:
+        assert bool((distances == (torch.inf if exponent > 0 else 0.0)).all())
+    overflowed = any("exceed the range" in str(warning.message) for warning in caught)
+    assert overflowed == (power == 2 and exponent > 0)
+
+
 class RecordingLp(LpDistance):
     """Generic-path distance that records the shape of every block it computes."""
 

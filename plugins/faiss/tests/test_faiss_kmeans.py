@@ -121,3 +121,12 @@ def test_bad_options_fail_at_construction(
 
 def test_repr() -> None:
     assert repr(FaissKMeans(seed=3)) == "FaissKMeans(seed=3)"
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-25, 2.0**-100])
+def test_embeddings_at_the_edges_of_float32_are_clustered(scale: float) -> None:
+    """faiss aborted the process on squared distances that overflow float32 (1e20) and
+    tied those that underflow; the rows are rescaled by a power of two first."""
+    x, truth = _blobs(seed=0, clusters=4, per_cluster=60, dims=8)
+    labels = FaissKMeans(seed=1)(x * scale, 4)
+    assert adjusted_rand_score(truth, labels.numpy()) == pytest.approx(1.0)

@@ -24,6 +24,7 @@ import torch
 from .._validation import check_positive_int, invalid
 from ..errors import InvalidTypeError
 from ._lloyd_assign import nearest, nearest_other, nearest_two
+from ._rescale import in_float_range
 
 # Elements of x summed (per cluster) in the input's precision before adding in float64.
 _SUM_BLOCK_ELEMENTS = 1 << 20
@@ -52,6 +53,9 @@ class Reducer(Protocol):
         """The ``count`` rows of all processes with the largest ``distance`` (ties: lower
         global row number)."""
 
+    def largest(self, value: float) -> float:
+        """The largest of every process's ``value``."""
+
 
 class LocalReducer:
     """The reducer of a single process: sums are the local values."""
@@ -67,6 +71,9 @@ class LocalReducer:
 
     def farthest_rows(self, count: int, distance: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return x[farthest_local(distance, count)]
+
+    def largest(self, value: float) -> float:
+        return value
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,7 @@ def kmeans(
     restart) wins, and one assignment pass labels the rows outside its sample.
     """
     sizes = plan_sizes(total, num_clusters, options.max_points_per_centroid, options.init_size)
+    x = in_float_range(x, reducer.largest(float(x.abs().amax()) if x.numel() else 0.0))
 
     def restart() -> Run:
         return _restart(x, sizes, num_clusters, options, generator, reducer)

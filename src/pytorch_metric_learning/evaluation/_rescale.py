@@ -11,6 +11,7 @@ Distances whose homogeneity is unknown (custom subclasses) are searched as given
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 
 import torch
@@ -23,7 +24,7 @@ from ..distances import (
     SNRDistance,
 )
 
-__all__ = ["Rescaled", "rescale"]
+__all__ = ["Rescaled", "in_float_range", "rescale"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class Rescaled:
         """Scale distances back to the inputs' magnitude and cast them to ``out_dtype``."""
         if self.output_exponent == 0:
             return distances.to(out_dtype)
-        restored = (distances.double() * 2.0**self.output_exponent).to(out_dtype)
+        restored = _times_power_of_two(distances.double(), self.output_exponent).to(out_dtype)
         if bool((torch.isinf(restored) & torch.isfinite(distances)).any()):
             warnings.warn(
                 f"Some k-NN distances exceed the range of {out_dtype} and are returned as inf; "
@@ -71,8 +72,8 @@ def rescale(distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor
     if degree is None or abs(exponent) <= SAFE_EXPONENT:
         return Rescaled(query, reference, 0)
     logger.debug("Rescaling k-NN inputs by 2**%d for float range", -exponent)
-    scaled_query = _scaled(query, -exponent)
-    scaled_ref = scaled_query if reference is query else _scaled(reference, -exponent)
+    scaled_query = power_of_two_scaled(query, -exponent)
+    scaled_ref = scaled_query if reference is query else power_of_two_scaled(reference, -exponent)
     return Rescaled(scaled_query, scaled_ref, exponent * degree * distance.power)
 
 
@@ -90,7 +91,32 @@ def _exponent(query: torch.Tensor, reference: torch.Tensor) -> int:
     return int(torch.frexp(torch.as_tensor(largest, dtype=torch.float64)).exponent)
 
 
-def _scaled(x: torch.Tensor, exponent: int) -> torch.Tensor:
+def power_of_two_scaled(x: torch.Tensor, exponent: int) -> torch.Tensor:
     """``x * 2**exponent``, exact (float64 holds every factor), at least float32."""
     dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     return (x.double() * 2.0**exponent).to(dtype)
+
+
+def _times_power_of_two(values: torch.Tensor, exponent: float) -> torch.Tensor:
+    """``values * 2**exponent``, going to inf or 0 where float64 cannot hold the result
+    (``2.0**exponent`` alone would raise OverflowError past 2**1023)."""
+    while exponent != 0:
+        step = max(-1000.0, min(1000.0, exponent))
+        values = values * 2.0**step
+        exponent -= step
+    return values
+
+
+def in_float_range(x: torch.Tensor, largest: float) -> torch.Tensor:
+    """``x``, or ``x`` times the power of two that brings ``largest`` near 1 where squared
+    distances at that magnitude would overflow or underflow float32.
+
+    ``largest`` is the largest magnitude of ``x`` and of any rows it is compared with
+    (every process's, for a distributed computation), so that all are scaled alike.
+
+    Example:
+        >>> float(in_float_range(torch.tensor([3e20]), 3e20).abs().max()) < 1
+        True
+    """
+    exponent = math.frexp(largest)[1] if largest > 0 else 0
+    return x if abs(exponent) <= SAFE_EXPONENT else power_of_two_scaled(x, -exponent)

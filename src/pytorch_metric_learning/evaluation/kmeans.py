@@ -28,7 +28,9 @@ class TorchKMeans:
     their centre unchanged (Hamerly's bounds, kept tight by measuring the few centres that
     moved most), so later iterations cost a fraction of a pass. The random draws come from
     a CPU generator, so a seed gives the same clusters on any device, and the same as
-    ``DistributedKMeans`` with that seed on one rank.
+    ``DistributedKMeans`` with that seed on one rank. Embeddings too large or too small
+    for float32 squared distances (say 1e20 or 1e-25) are clustered after an exact
+    power-of-two rescaling (one for every rank of a group), which changes no cluster.
 
     Args:
         n_init: Number of restarts from different seedings; the clustering with the

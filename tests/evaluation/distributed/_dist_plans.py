@@ -118,6 +118,14 @@ def kmeans_plan(world: int) -> list[dict[str, Any]]:
             4,
             options={"max_points_per_centroid": 5, "init_size": 8, "n_init": 2},
         ),
+        kmeans_case(
+            "kmeans_scaled",  # squared distances overflow float32; rank 0's rows are tiny
+            counts,
+            overlapping
+            * torch.where(torch.arange(sum(counts)) < counts[0], 2.0**50, 2.0**90)[:, None],
+            4,
+            options={"init_size": 20, "n_init": 2, "tol": 0.0},
+        ),
         kmeans_case("kmeans_mismatch", counts, x, [5, 4, 5][:world]),
         kmeans_case("kmeans_too_many", counts, x, sum(counts) + 1),
     ]

@@ -36,10 +36,11 @@ def test_blobs_are_recovered_as_scikit_learn_does(ran) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["kmeans_overlapping", "kmeans_sampled"])
+@pytest.mark.parametrize("name", ["kmeans_overlapping", "kmeans_sampled", "kmeans_scaled"])
 def test_sharding_does_not_change_the_clustering(ran, one_rank_group, name: str) -> None:
     """Also when training on a sample (20 of 73 rows): the sample is drawn from global row
-    numbers, so the ranks train on the rows one process would."""
+    numbers, so the ranks train on the rows one process would; and when rows too large for
+    float32 distances are rescaled: by one power of two, the largest over every rank."""
     world, cases, results = ran
     case = cases[name]
     alone = DistributedKMeans(**case["options"])(case["x"], case["num_clusters"])

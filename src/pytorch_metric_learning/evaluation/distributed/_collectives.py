@@ -25,6 +25,7 @@ __all__ = [
     "agree",
     "all_gather_ints",
     "all_gather_rows",
+    "all_reduce_max",
     "all_reduce_sum",
     "all_to_all_rows",
     "broadcast",
@@ -186,6 +187,16 @@ def all_reduce_sum(comm: Comm, tensor: torch.Tensor, stage: str) -> torch.Tensor
 
     moved = tensor.to(comm.device, copy=True)
     _run(comm, stage, lambda: dist.all_reduce(moved, group=comm.group, async_op=True))
+    return moved.to(tensor.device)
+
+
+def all_reduce_max(comm: Comm, tensor: torch.Tensor, stage: str) -> torch.Tensor:
+    """The element-wise maximum of ``tensor`` over the group, on ``tensor``'s device."""
+    import torch.distributed as dist
+
+    moved = tensor.to(comm.device, copy=True)
+    maximum = dist.ReduceOp.MAX
+    _run(comm, stage, lambda: dist.all_reduce(moved, maximum, comm.group, async_op=True))
     return moved.to(tensor.device)
 
 

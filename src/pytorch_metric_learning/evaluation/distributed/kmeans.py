@@ -19,6 +19,7 @@ from ._collectives import (
     agree,
     all_gather_ints,
     all_gather_rows,
+    all_reduce_max,
     all_reduce_sum,
     broadcast,
     resolve_comm,
@@ -153,6 +154,10 @@ class _AllReduce:
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         return all_reduce_sum(self.comm, values, "reducing the k-means sums")
+
+    def largest(self, value: float) -> float:
+        found = torch.tensor([value], dtype=torch.float64)
+        return float(all_reduce_max(self.comm, found, "finding the largest magnitude"))
 
     def local_positions(self, rows: torch.Tensor, count: int) -> torch.Tensor:
         return rows[(rows >= self.offset) & (rows < self.offset + count)] - self.offset
