@@ -24,7 +24,7 @@ import torch
 from .._validation import check_positive_int, invalid
 from ..errors import InvalidTypeError
 from ._lloyd_assign import nearest, nearest_other, nearest_two
-from ._rescale import in_float_range
+from ._rescale import in_float_range, largest_magnitude
 
 # Elements of x summed (per cluster) in the input's precision before adding in float64.
 _SUM_BLOCK_ELEMENTS = 1 << 20
@@ -134,7 +134,7 @@ def kmeans(
     restart) wins, and one assignment pass labels the rows outside its sample.
     """
     sizes = plan_sizes(total, num_clusters, options.max_points_per_centroid, options.init_size)
-    x = in_float_range(x, reducer.largest(float(x.abs().amax()) if x.numel() else 0.0))
+    x = in_float_range(x, reducer.largest(largest_magnitude(x)))
 
     def restart() -> Run:
         return _restart(x, sizes, num_clusters, options, generator, reducer)

@@ -24,7 +24,7 @@ from ..distances import (
     SNRDistance,
 )
 
-__all__ = ["Rescaled", "in_float_range", "rescale"]
+__all__ = ["Rescaled", "in_float_range", "largest_magnitude", "rescale"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +55,18 @@ class Rescaled:
         return restored
 
 
-def rescale(distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor) -> Rescaled:
+def rescale(
+    distance: BaseDistance | None,
+    query: torch.Tensor,
+    reference: torch.Tensor,
+    largest: float | None = None,
+) -> Rescaled:
     """Scale ``query`` and ``reference`` by one power of two when their magnitude needs it.
 
-    ``reference is query`` stays true of the results, so self-search is still detected.
+    ``largest`` is the magnitude to go by (default: the largest of ``query`` and
+    ``reference``; a distributed search passes that of every rank). ``reference is query``
+    stays true of the results, so self-search is still detected. A ``distance`` of unknown
+    homogeneity (or None) leaves the inputs as given.
 
     Example:
         >>> from pytorch_metric_learning.distances import LpDistance
@@ -67,9 +75,9 @@ def rescale(distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor
         >>> float(scaled.query.abs().max()) < 1, scaled.reference is scaled.query
         (True, True)
     """
-    degree = _homogeneity(distance)
-    exponent = _exponent(query, reference)
-    if degree is None or abs(exponent) <= SAFE_EXPONENT:
+    degree = None if distance is None else _homogeneity(distance)
+    exponent = _exponent(largest_magnitude(query, reference) if largest is None else largest)
+    if distance is None or degree is None or exponent == 0:
         return Rescaled(query, reference, 0)
     logger.debug("Rescaling k-NN inputs by 2**%d for float range", -exponent)
     scaled_query = power_of_two_scaled(query, -exponent)
@@ -84,11 +92,15 @@ def _homogeneity(distance: BaseDistance) -> int | None:
     return 0 if distance.normalize_embeddings else degree
 
 
-def _exponent(query: torch.Tensor, reference: torch.Tensor) -> int:
-    largest = torch.maximum(query.abs().amax(), reference.abs().amax()) if query.numel() else 0
-    if not largest:
-        return 0
-    return int(torch.frexp(torch.as_tensor(largest, dtype=torch.float64)).exponent)
+def largest_magnitude(*tensors: torch.Tensor) -> float:
+    """The largest absolute value in ``tensors`` (0 if they are empty)."""
+    return max((float(x.abs().amax()) for x in tensors if x.numel()), default=0.0)
+
+
+def _exponent(largest: float) -> int:
+    """The power of two that brings ``largest`` near 1; 0 if it needs no scaling."""
+    exponent = math.frexp(largest)[1] if largest > 0 else 0
+    return exponent if abs(exponent) > SAFE_EXPONENT else 0
 
 
 def power_of_two_scaled(x: torch.Tensor, exponent: int) -> torch.Tensor:
@@ -118,5 +130,5 @@ def in_float_range(x: torch.Tensor, largest: float) -> torch.Tensor:
         >>> float(in_float_range(torch.tensor([3e20]), 3e20).abs().max()) < 1
         True
     """
-    exponent = math.frexp(largest)[1] if largest > 0 else 0
-    return x if abs(exponent) <= SAFE_EXPONENT else power_of_two_scaled(x, -exponent)
+    exponent = _exponent(largest)
+    return power_of_two_scaled(x, -exponent) if exponent else x

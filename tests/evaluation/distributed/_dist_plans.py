@@ -28,6 +28,14 @@ def knn_case(name: str, query_counts: list[int], rest_counts: list[int] | None, 
     return case
 
 
+def scaled(case: dict[str, Any], factor: float) -> dict[str, Any]:
+    """Multiply the case's rows by ``factor``."""
+    case["query"] = case["query"] * factor
+    if case["rest"] is not None:
+        case["rest"] = case["rest"] * factor
+    return case
+
+
 def labelled(case: dict[str, Any], width: int | None = None) -> dict[str, Any]:
     """Give every query and rest row an integer label (rows of ``width`` labels if given)."""
     generator = torch.Generator().manual_seed(17)
@@ -81,6 +89,8 @@ def knn_plan(world: int) -> list[dict[str, Any]]:
             options={"knn_func": {"name": "custom", "distance": "cosine"}, "block_size": 2},
         ),
         knn_case("one_block", uneven, others, k=1, options={"block_size": 64}),
+        scaled(knn_case("scaled_up", uneven, others, k=4), 2.0**70),  # distances overflow
+        scaled(knn_case("scaled_down", uneven, others, k=4), 2.0**-80),  # and underflow
         labelled(knn_case("labels", uneven, others, k=3)),
         labelled(knn_case("labels_self", uneven, others, k=4, ref_includes_query=True), width=2),
         labelled(knn_case("labels_no_reference", uneven, None, k=2, ref_includes_query=True)),

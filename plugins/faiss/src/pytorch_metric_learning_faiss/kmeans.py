@@ -10,7 +10,7 @@ import torch
 from pytorch_metric_learning._validation import check_embeddings, check_positive_int
 from pytorch_metric_learning._warnings import warn_external
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
-from pytorch_metric_learning.evaluation._rescale import in_float_range
+from pytorch_metric_learning.evaluation._rescale import in_float_range, largest_magnitude
 
 from ._interop import faiss_errors, from_numpy, to_float32_numpy
 
@@ -61,7 +61,7 @@ class FaissKMeans:
         _warn_if_few_points(len(x), num_clusters, self.kwargs)
         # faiss aborts the process on squared distances that overflow float32: rescale
         # by a power of two, which changes no cluster (and saves those that underflow).
-        data = to_float32_numpy(in_float_range(x, float(x.abs().amax())))
+        data = to_float32_numpy(in_float_range(x, largest_magnitude(x)))
         options = {**self.kwargs, "min_points_per_centroid": 1}  # silence faiss's own print
         with faiss_errors(_OWNER, f"cluster {len(x)} rows into {num_clusters} clusters"):
             kmeans = faiss.Kmeans(data.shape[1], num_clusters, **options)

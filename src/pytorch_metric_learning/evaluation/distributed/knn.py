@@ -10,6 +10,7 @@ import torch
 
 from ..._validation import check_positive_int, check_tensor, invalid
 from ...errors import BackendRuntimeError, InvalidArgumentError
+from .._rescale import Rescaled, largest_magnitude, rescale
 from ..knn import check_search_inputs
 from ..protocols import KNNFunc, knn_is_inverted
 from ..registry import load_knn_func
@@ -17,6 +18,7 @@ from ._collectives import (
     Comm,
     agree,
     all_gather_rows,
+    all_reduce_max,
     all_to_all_rows,
     resolve_comm,
     resolve_timeout,
@@ -174,7 +176,8 @@ class DistributedKNN:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         comm = resolve_comm(self.group, self.timeout, _device_of(query))
         layout, search_k = self._plan(comm, query, k, reference, ref_includes_query, labels)
-        reference = query if reference is None else reference
+        scaled = self._in_float_range(comm, query, query if reference is None else reference)
+        query, reference = scaled.query, scaled.reference
         trailing: tuple[int, ...] = ()
         if labels is not None:
             trailing = tuple(labels.shape[1:])
@@ -191,7 +194,15 @@ class DistributedKNN:
         distances, indices, found_labels = found
         if found_labels is not None:
             found_labels = found_labels.reshape(*indices.shape, *trailing)
-        return distances, indices, found_labels
+        return scaled.restore(distances, distances.dtype), indices, found_labels
+
+    def _in_float_range(self, comm: Comm, query: torch.Tensor, reference: torch.Tensor) -> Rescaled:
+        """The shards scaled by the power of two (exact) that brings the largest magnitude
+        of every rank's rows near 1, where squared distances would overflow or underflow
+        float32; every rank scales alike, so the partial lists merge in one unit."""
+        local = torch.tensor([largest_magnitude(query, reference)], dtype=torch.float64)
+        largest = float(all_reduce_max(comm, local, "finding the largest magnitude"))
+        return rescale(getattr(self.local, "distance", None), query, reference, largest)
 
     def _plan(
         self,
