@@ -94,7 +94,12 @@ def _homogeneity(distance: BaseDistance) -> int | None:
 
 def largest_magnitude(*tensors: torch.Tensor) -> float:
     """The largest absolute value in ``tensors`` (0 if they are empty)."""
-    return max((float(x.abs().amax()) for x in tensors if x.numel()), default=0.0)
+    found = 0.0
+    for x in tensors:
+        if x.numel():
+            low, high = torch.aminmax(x)  # one pass, no copy (abs() would make one)
+            found = max(found, -float(low), float(high))
+    return found
 
 
 def _exponent(largest: float) -> int:

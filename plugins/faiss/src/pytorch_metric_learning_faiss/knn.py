@@ -17,6 +17,7 @@ from pytorch_metric_learning.errors import (
     InvalidArgumentError,
     InvalidTypeError,
 )
+from pytorch_metric_learning.evaluation._rescale import largest_magnitude
 from pytorch_metric_learning.evaluation.knn import (
     check_search_inputs,
     check_search_k,
@@ -439,7 +440,7 @@ def _check_magnitude(embeddings: dict[str, torch.Tensor]) -> None:
 
     A query alone may be that small: its distances are then the references' squared norms.
     """
-    largest = max((float(x.abs().max()) for x in embeddings.values() if x.numel()), default=0.0)
+    largest = largest_magnitude(*embeddings.values())
     if 0.0 < largest < SMALLEST_MAGNITUDE:
         names = " and ".join(f"'{name}'" for name in embeddings)
         noun = "parameters" if len(embeddings) > 1 else "parameter"
