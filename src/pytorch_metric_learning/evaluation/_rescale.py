@@ -80,8 +80,8 @@ def rescale(
     if distance is None or degree is None or exponent == 0:
         return Rescaled(query, reference, 0)
     logger.debug("Rescaling k-NN inputs by 2**%d for float range", -exponent)
-    scaled_query = power_of_two_scaled(query, -exponent)
-    scaled_ref = scaled_query if reference is query else power_of_two_scaled(reference, -exponent)
+    scaled_query = _scaled(query, -exponent)
+    scaled_ref = scaled_query if reference is query else _scaled(reference, -exponent)
     return Rescaled(scaled_query, scaled_ref, exponent * degree * distance.power)
 
 
@@ -108,10 +108,10 @@ def _exponent(largest: float) -> int:
     return exponent if abs(exponent) > SAFE_EXPONENT else 0
 
 
-def power_of_two_scaled(x: torch.Tensor, exponent: int) -> torch.Tensor:
+def _scaled(x: torch.Tensor, exponent: int) -> torch.Tensor:
     """``x * 2**exponent``, exact (float64 holds every factor), at least float32."""
     dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    return (x.double() * 2.0**exponent).to(dtype)
+    return _times_power_of_two(x.double(), exponent).to(dtype)
 
 
 def _times_power_of_two(values: torch.Tensor, exponent: float) -> torch.Tensor:
@@ -136,4 +136,4 @@ def in_float_range(x: torch.Tensor, largest: float) -> torch.Tensor:
         True
     """
     exponent = _exponent(largest)
-    return power_of_two_scaled(x, -exponent) if exponent else x
+    return _scaled(x, -exponent) if exponent else x
