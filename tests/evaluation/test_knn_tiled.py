@@ -305,6 +305,15 @@ def test_float64_embeddings_near_the_ends_of_float64(exponent, power) -> None:
     assert overflowed == (power == 2 and exponent > 0)
 
 
+def test_float64_subnormal_embeddings_are_scaled_into_range() -> None:
+    """2**-1060 needs a factor of 2**1060 to come back near 1: more than one float64."""
+    x = torch.randn(40, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    distances, indices = knn(x * 2.0**-1060, 4, x * 2.0**-1060, True)
+    assert torch.equal(indices, knn(x, 4, x, True)[1])
+    assert bool((distances == 0).all())  # 2**-2120 times distances near 1: below float64
+
+
 class RecordingLp(LpDistance):
     """Generic-path distance that records the shape of every block it computes."""
 
