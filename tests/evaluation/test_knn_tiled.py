@@ -441,3 +441,15 @@ def test_peak_memory_is_linear_in_n() -> None:
     assert large < 250, f"peak grew by {large:.0f} MiB (a full matrix is {full_matrix_mib:.0f})"
     assert large < 3 * small + 40  # 3x the rows: linear growth, not the 9x of n squared
     assert growth_mib(12_000, "separate") < 250
+
+
+def test_largest_magnitude_reads_a_repeated_tensor_once(monkeypatch) -> None:
+    from pytorch_metric_learning.evaluation import _rescale
+
+    reads = []
+    real = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda x: reads.append(x) or real(x))
+    x = torch.tensor([[-3.0, 1.0]])
+    assert _rescale.largest_magnitude(x, x) == 3.0 and len(reads) == 1  # a self-search
+    assert _rescale.largest_magnitude(x, torch.tensor([[5.0]]), torch.empty(0, 1)) == 5.0
+    assert _rescale.largest_magnitude(torch.empty(0, 2)) == 0.0

@@ -93,10 +93,11 @@ def _homogeneity(distance: BaseDistance) -> int | None:
 
 
 def largest_magnitude(*tensors: torch.Tensor) -> float:
-    """The largest absolute value in ``tensors`` (0 if they are empty)."""
+    """The largest absolute value in ``tensors`` (0 if they are empty); a tensor passed
+    twice (a self-search's query and reference) is read once."""
     found = 0.0
-    for x in tensors:
-        if x.numel():
+    for number, x in enumerate(tensors):
+        if x.numel() and not any(x is earlier for earlier in tensors[:number]):
             low, high = torch.aminmax(x)  # one pass, no copy (abs() would make one)
             found = max(found, -float(low), float(high))
     return found
