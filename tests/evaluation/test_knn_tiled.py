@@ -118,11 +118,27 @@ def test_threshold_topk_equals_sorting_with_ties(problem) -> None:
     assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), k, largest=largest)
 
 
-def test_threshold_topk_takes_the_threshold_path_on_wide_rows() -> None:
-    matrix = torch.randn(3, 5000, generator=torch.Generator().manual_seed(2))
-    assert _topk._fanout(5000, 10) == 16 and _topk._fanout(5000, 200) == 0
+def test_grouped_topk_serves_wide_rows(monkeypatch) -> None:
+    matrix = torch.randn(3, 5001, generator=torch.Generator().manual_seed(2))
+    assert _topk._grouped_pays(5001, 10) and not _topk._grouped_pays(5001, 200)
+
+    def refuse(values, k):
+        raise AssertionError("sorted the whole row")
+
+    monkeypatch.setattr(_topk, "_whole", refuse)
     values, indices = _topk.topk(matrix, 10, largest=False)
     assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), 10)
+
+
+@pytest.mark.parametrize("width", [4000, 4003, 4007])
+def test_grouped_topk_finds_the_leftover_columns_and_one_group_holding_all(width) -> None:
+    matrix = torch.rand(4, width, generator=torch.Generator().manual_seed(width)) + 1
+    matrix[0, 4000:] = -1.0  # every leftover column (none at 4000)
+    matrix[1, 5:4000:500] = -torch.arange(8.0)  # the 8 members of one group are the 8 best
+    matrix[2, :] = 7.0  # all tied
+    values, indices = _topk.topk(matrix, 12, largest=False)
+    assert_top_k(values.numpy(), indices.numpy(), matrix.numpy(), 12)
+    assert set(indices[1, :8].tolist()) == set(range(5, 4000, 500))
 
 
 def test_threshold_topk_with_nan_orders_as_torch_topk() -> None:
