@@ -469,3 +469,16 @@ def test_largest_magnitude_reads_a_repeated_tensor_once(monkeypatch) -> None:
     assert _rescale.largest_magnitude(x, x) == 3.0 and len(reads) == 1  # a self-search
     assert _rescale.largest_magnitude(x, torch.tensor([[5.0]]), torch.empty(0, 1)) == 5.0
     assert _rescale.largest_magnitude(torch.empty(0, 2)) == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("largest", [False, True])
+def test_grouped_topk_keeps_the_dtype_of_a_non_contiguous_input(dtype, largest) -> None:
+    generator = torch.Generator().manual_seed(4)
+    matrix = (torch.randn(37, 4003, generator=generator) * 4).round().to(dtype)
+    matrix = matrix.T.contiguous().T  # the same values, column-major
+    values, indices = _topk.topk(matrix, 100, largest)
+    expected = torch.topk(matrix, 100, dim=1, largest=largest)
+    assert values.dtype == dtype and torch.equal(values, expected.values)
+    assert torch.equal(matrix.gather(1, indices), values)
+    assert all(len(set(row)) == 100 for row in indices.tolist())
