@@ -157,11 +157,10 @@ def test_kth_smallest_equals_partition(problem) -> None:
 
 @pytest.fixture()
 def compiled_everywhere(monkeypatch):
-    """Every float32 CPU search runs compiled, over 32 x 32 tiles with a 16-row sample."""
+    """Every float32 CPU search runs compiled, over 32 x 32 tiles (a 32-row sample)."""
     monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
     monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
     monkeypatch.setattr(knn_module, "COMPILED_TILE", 32)
-    monkeypatch.setattr(search_module, "SAMPLE", 16)
     monkeypatch.setattr(_compiled_topk, "MIN_PART", 1)
     monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", 20)  # tiles span two buffers
 
@@ -185,7 +184,6 @@ def test_compiled_search_equals_brute_force(
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_TILE", 32)
-        patch.setattr(search_module, "SAMPLE", 16)
         patch.setattr(search_module, "SPREAD", spread)
         patch.setattr(_compiled_topk, "MIN_PART", 1)
         patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
@@ -399,3 +397,42 @@ def test_finish_releases_the_candidates_buffer_by_buffer(monkeypatch) -> None:
     state._kernels = _compiled_topk._kernels()
     with pytest.raises(RuntimeError, match="finished"):
         state.push_rows(0, torch.zeros(1, 3), 0)
+
+
+@pytest.mark.parametrize("buffer_rows", [3, 2048])
+def test_finish_renames_candidates_before_sorting_and_places_rows(
+    monkeypatch, buffer_rows
+) -> None:
+    """Ties are ordered by the new names; row r lands at ``positions[r]``."""
+    monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
+    scores = torch.tensor([[1.0, 0.0, 1.0, 1.0, 5.0]]).repeat(7, 1)
+    scores[3] = torch.tensor([2.0, 2.0, 2.0, 2.0, 9.0])  # ties only
+    state = _compiled_topk.CompiledTopK(7, 4)
+    state.push_rows(0, scores, 0)
+    numbering = np.array([40, 30, 20, 10, 0], dtype=np.int32)
+    positions = torch.tensor([6, 5, 4, 0, 2, 1, 3])  # source row 3 lands at row 0
+    values, indices = state.finish(numbering, positions)
+    assert indices[0].tolist() == [10, 20, 30, 40] and (values[0] == 2).all()
+    for out_row in range(1, 7):
+        assert indices[out_row].tolist() == [30, 10, 20, 40]
+        assert values[out_row].tolist() == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_first_bounds_come_from_the_sample_tile(compiled_everywhere, monkeypatch) -> None:
+    """The bound of each row is set once, from its first tile (the sample), before any
+    candidate is offered to it; the result equals brute force."""
+    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(5))
+    seen = []
+    original = _compiled_topk.CompiledTopK.kth_smallest
+
+    def spy(self, scores, k):
+        seen.append((scores.shape, k, bool(np.isinf(self.bound).all())))
+        return original(self, scores, k)
+
+    monkeypatch.setattr(_compiled_topk.CompiledTopK, "kth_smallest", spy)
+    values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 3, None, True)
+    assert [shape for shape, _, _ in seen] == [(32, 32)] * 6 + [(8, 32)]
+    assert seen[0][2]  # no bound before the first tile
+    table = torch.cdist(x.double(), x.double()).numpy() ** 2
+    np.fill_diagonal(table, np.inf)
+    _assert_near_top_k(values.numpy(), indices.numpy(), table, 3, False)

@@ -1,15 +1,20 @@
 """Exact search over square tiles with compiled running top-k and a sampled first bound.
 
-Before the sweep, each query row is scored against ``SAMPLE`` evenly spaced reference rows.
-If the k-th smallest of the row's n scores were spread like the sample, about ``k m / n`` of
-the m sampled scores would lie below it; the bound is the sampled score of rank
-``k m / n + SPREAD * sqrt(k m / n) + 1``, so that with high probability at least k scores of
-the row lie below it. The sweep then keeps only scores below each row's bound (and tightens
-it as candidates accumulate, see ``_compiled_topk``). A row that ends with fewer than k
-candidates had too low a bound; it is searched again over its whole row, so the result is
-exact whatever the data (and only slower when the sample misleads).
-Self-search walks only the tiles on and above the diagonal: each feeds its rows and,
-through its columns, the rows of its column block.
+The reference rows are reordered (:func:`sample_first`) so that the first tile column is
+an evenly spaced sample of them. The first tile of each row block is therefore the
+row's scores against that sample, which set the row's first bound before any candidate
+is kept, at no cost beyond the tile itself: if the k-th smallest of the row's n scores
+were spread like the sample, about ``k m / n`` of the m sampled scores would lie below
+it, and the bound is the sampled score of rank ``k m / n + SPREAD * sqrt(k m / n) + 1``,
+so that with high probability at least k scores of the row lie below it. The sweep then
+keeps only scores below each row's bound (and tightens it as candidates accumulate, see
+``_compiled_topk``). A row that ends with fewer than k candidates had too low a bound; it
+is searched again over its whole row, so the result is exact whatever the data (and only
+slower when the sample misleads). Candidates are renamed to the original reference rows
+before the final sort, so ties are ordered by original index.
+Self-search walks only the tiles on and below the diagonal, row block by row block from
+the sample's: each tile feeds its rows and, through its columns, the rows of its column
+block, whose bounds their own first tile has already set.
 """
 
 from __future__ import annotations
@@ -23,12 +28,26 @@ from ._compiled_topk import CompiledTopK
 from ._tiled_search import Scorer
 from ._topk import topk
 
-__all__ = ["SAMPLE", "search_compiled"]
+__all__ = ["sample_first", "search_compiled"]
 
-# Reference rows scored for every query row to set its first bound.
-SAMPLE = 1024
 # Standard deviations added to the expected sampled rank of the k-th score.
 SPREAD = 3.0
+
+
+def sample_first(num_ref: int, side: int) -> torch.Tensor | None:
+    """An order of ``num_ref`` reference rows that starts with ``side`` evenly spaced ones
+    (then the others, in order); None when a single tile column holds them all.
+
+    Example:
+        >>> sample_first(10, 4).tolist()
+        [0, 2, 5, 7, 1, 3, 4, 6, 8, 9]
+    """
+    if num_ref <= side:
+        return None
+    sample = torch.arange(side) * num_ref // side
+    others = torch.ones(num_ref, dtype=torch.bool)
+    others[sample] = False
+    return torch.cat([sample, torch.nonzero(others).squeeze(1)])
 
 
 def search_compiled(
@@ -37,48 +56,51 @@ def search_compiled(
     symmetric: bool,
     side: int,
     skip_diagonal: bool = False,
+    order: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted ``(scores, indices)`` of each query row's k smallest scores.
 
     ``size`` is ``(num_query, num_ref, k)``. ``skip_diagonal`` (a set searched against
-    itself) leaves each row's own entry out.
+    itself) leaves each row's own entry out. ``order`` is :func:`sample_first` of the
+    reference, which the scorer's reference rows (and, when ``symmetric``, its query
+    rows) follow; the outputs are in the original rows and indices.
     """
     num_query, num_ref, k = size
     state = CompiledTopK(num_query, k)
-    _sampled_bound(state, scorer, num_query, num_ref, k, side)
+    rank = _sampled_rank(k, num_ref, side) if order is not None else None
     buffer = torch.empty(min(side, num_query) * min(side, num_ref), dtype=torch.float32)
     for r0 in range(0, num_query, side):
         rows = slice(r0, min(r0 + side, num_query))
-        for c0 in range(r0 if symmetric else 0, num_ref, side):
+        for c0 in range(0, r0 + 1 if symmetric else num_ref, side):
             cols = slice(c0, min(c0 + side, num_ref))
             out = buffer[: (rows.stop - r0) * (cols.stop - c0)].view(rows.stop - r0, -1)
             scores = scorer.tile(rows, cols, out)
             if skip_diagonal and c0 == r0:
                 scores.diagonal().fill_(torch.inf)
+            if c0 == 0 and rank is not None:  # the sample: the rows' first bounds
+                state.bound[rows] = state.kth_smallest(scores, rank).numpy()
             if symmetric and c0 != r0:
                 state.push_both(r0, scores, c0)
             else:
                 state.push_rows(r0, scores, c0)
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
-    values, indices = state.finish()
+    numbering = None if order is None else order.to(torch.int32).numpy()
+    positions = order if symmetric else None
+    values, indices = state.finish(numbering, positions)
     if len(short):
-        _search_whole_rows(scorer, short, (num_ref, k), side, skip_diagonal, (values, indices))
+        rows_out = short if positions is None else positions[short]
+        found = _search_whole_rows(scorer, short, (num_ref, k), side, skip_diagonal)
+        values[rows_out] = found[0]
+        indices[rows_out] = found[1] if order is None else order[found[1]]
     return values, indices
 
 
-def _sampled_bound(
-    state: CompiledTopK, scorer: Scorer, num_query: int, num_ref: int, k: int, side: int
-) -> None:
-    """Set each row's bound to the sampled score expected to have k scores below it."""
-    size = min(SAMPLE, num_ref)
-    expected = k * size / num_ref
+def _sampled_rank(k: int, num_ref: int, side: int) -> int | None:
+    """Rank, among the ``side`` sampled scores, of a row's first bound; None when the
+    sample says little (the first tile then sets the bound as any other)."""
+    expected = k * side / num_ref
     rank = max(1, math.ceil(expected + SPREAD * math.sqrt(expected) + 1))
-    if rank * 2 > size:  # the sample says little: the first tile sets the bound
-        return
-    sample = torch.arange(size) * num_ref // size
-    for r0 in range(0, num_query, side):
-        rows = slice(r0, min(r0 + side, num_query))
-        state.bound[rows] = state.kth_smallest(scorer.picked(rows, sample), rank).numpy()
+    return None if rank * 2 > side else rank
 
 
 def _search_whole_rows(
@@ -87,18 +109,17 @@ def _search_whole_rows(
     size: tuple[int, int],
     side: int,
     skip_diagonal: bool,
-    out: tuple[torch.Tensor, torch.Tensor],
-) -> None:
-    """Overwrite ``rows`` of ``out = (values, indices)`` with a search of their whole rows.
-
-    ``size`` is ``(num_ref, k)``.
-    """
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted ``(scores, indices)`` of the k smallest scores of ``rows``, from their whole
+    rows. ``size`` is ``(num_ref, k)``."""
     num_ref, k = size
     step = max(1, side * side // max(num_ref, 1))
     every = slice(0, num_ref)
+    parts = []
     for start in range(0, len(rows), step):
         part = rows[start : start + step]
         scores = scorer.picked(part, every)
         if skip_diagonal:
             scores[torch.arange(len(part)), part] = torch.inf
-        out[0][part], out[1][part] = topk(scores, k, largest=False)
+        parts.append(topk(scores, k, largest=False))
+    return torch.cat([part[0] for part in parts]), torch.cat([part[1] for part in parts])

@@ -196,11 +196,15 @@ class CompiledTopK:
             parts,
         )
 
-    def finish(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def finish(
+        self, numbering: np.ndarray | None = None, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(values, indices)`` of each row's k smallest candidates, sorted by value
         and, among equal values, by index.
 
-        The state is released: a finished ``CompiledTopK`` takes no more candidates.
+        ``numbering`` (int32) renames candidate ``i`` to ``numbering[i]`` before the sort;
+        ``positions`` puts row ``r`` at output row ``positions[r]``. The state is released:
+        a finished ``CompiledTopK`` takes no more candidates.
         """
         values = torch.empty((self.num_rows, self.k), dtype=torch.float32)
         indices = torch.empty((self.num_rows, self.k), dtype=torch.long)
@@ -208,9 +212,16 @@ class CompiledTopK:
             if buffer is None:
                 raise RuntimeError("CompiledTopK.finish was called twice")
             rows = slice(number * ROWS_PER_BUFFER, number * ROWS_PER_BUFFER + len(buffer[0]))
-            out = (values[rows].numpy(), indices[rows].numpy())
-            state = (*buffer, self.count[rows], self.k, *out)
+            if numbering is not None:  # slots past a row's count hold leftovers: clipped
+                buffer[1][:] = numbering.take(buffer[1], mode="clip")
+            if positions is None:
+                out = (values[rows], indices[rows])
+            else:
+                out = (torch.empty_like(values[rows]), torch.empty_like(indices[rows]))
+            state = (*buffer, self.count[rows], self.k, out[0].numpy(), out[1].numpy())
             self._map(0, len(buffer[0]), self._kernels.finish, *state)
+            if positions is not None:
+                values[positions[rows]], indices[positions[rows]] = out
             self._buffers[number] = None  # released before the next rows are written
         return values, indices
 

@@ -18,7 +18,7 @@ from ..distances import BaseDistance, DotProductSimilarity, LpDistance
 from ..distances.lp_distance import power_of_squared as _power_of_squared
 from ..errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
-from ._compiled_search import search_compiled
+from ._compiled_search import sample_first, search_compiled
 from ._rescale import rescale
 from ._tiled_search import (
     NegatedInnerProduct,
@@ -153,18 +153,39 @@ class CustomKNN:
         tile = self._tile(len(reference), query.element_size())
         compiled = self._compiled_pays(query, reference)
         symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
-        scorer = _fast_scorer(self.distance, query, reference, symmetric)
         size = (len(query), len(reference), k - 1 if drop_self else k)
         if compiled:
-            values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self)
-            values = scorer.finish(values)
-        elif symmetric:
-            values, indices = search_symmetric(scorer, size, tile, query, drop_self)
+            values, indices, scorer = self._search_compiled(
+                query, reference, size, symmetric, drop_self
+            )
         else:
-            values, indices = self._search_rows(scorer, size, query, drop_self)
+            scorer = _fast_scorer(self.distance, query, reference, symmetric)
+            if symmetric:
+                values, indices = search_symmetric(scorer, size, tile, query, drop_self)
+            else:
+                values, indices = self._search_rows(scorer, size, query, drop_self)
         if isinstance(scorer, SquaredEuclidean):
             values = _power_of_squared(values, self.distance.power)
         return values, indices, drop_self
+
+    def _search_compiled(
+        self,
+        query: torch.Tensor,
+        reference: torch.Tensor,
+        size: tuple[int, int, int],
+        symmetric: bool,
+        drop_self: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
+        """``search_compiled`` over the reference reordered so that its first tile column
+        is an evenly spaced sample; a symmetric self-search reorders both sides alike."""
+        order = sample_first(len(reference), COMPILED_TILE)
+        if order is not None:
+            reference = reference.index_select(0, order)
+            query = reference if symmetric else query
+        scorer = _fast_scorer(self.distance, query, reference, symmetric)
+        del query, reference  # the scorer holds its own copies
+        values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self, order)
+        return scorer.finish(values), indices, scorer
 
     def _search_rows(
         self, scorer: Scorer, size: tuple[int, int, int], like: torch.Tensor, skip_self: bool
