@@ -400,9 +400,7 @@ def test_finish_releases_the_candidates_buffer_by_buffer(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("buffer_rows", [3, 2048])
-def test_finish_renames_candidates_before_sorting_and_places_rows(
-    monkeypatch, buffer_rows
-) -> None:
+def test_finish_renames_candidates_before_sorting_and_places_rows(monkeypatch, buffer_rows) -> None:
     """Ties are ordered by the new names; row r lands at ``positions[r]``."""
     monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
     scores = torch.tensor([[1.0, 0.0, 1.0, 1.0, 5.0]]).repeat(7, 1)
