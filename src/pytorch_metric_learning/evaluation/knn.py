@@ -183,7 +183,7 @@ class CustomKNN:
             reference = reference.index_select(0, order)
             query = reference if symmetric else query
         scorer = _fast_scorer(self.distance, query, reference, symmetric)
-        del query, reference  # the scorer holds its own copies
+        del query, reference  # the scorer keeps what it needs
         values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self, order)
         return scorer.finish(values), indices, scorer
 
