@@ -61,7 +61,7 @@ def _grouped_topk(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Ten
     main = GROUP * stride
     grouped = values[:, :main].view(rows, GROUP, stride)
     minima = grouped.amin(dim=1)
-    if bool(torch.isnan(minima).any()):  # NaN hides its group's other entries: sort it all
+    if bool(torch.isnan(minima.amax())):  # NaN hides its group's other entries: sort it all
         return _whole(values, k)
     groups = torch.topk(minima, k, dim=1, largest=False, sorted=False).indices
     members = torch.gather(grouped, 2, groups.unsqueeze(1).expand(rows, GROUP, k))
@@ -69,16 +69,20 @@ def _grouped_topk(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Ten
     if main < width:  # the columns left over by the groups are all candidates
         candidates = torch.cat([candidates, values[:, main:]], dim=1)
     top = torch.topk(candidates, k, dim=1, largest=False, sorted=True)
-    return top.values, _columns(top.indices, groups, stride, main)
+    return top.values, _columns(top.indices, groups, stride, main if main < width else None)
 
 
-def _columns(picked: torch.Tensor, groups: torch.Tensor, stride: int, main: int) -> torch.Tensor:
+def _columns(
+    picked: torch.Tensor, groups: torch.Tensor, stride: int, leftover: int | None
+) -> torch.Tensor:
     """Row columns of the candidates at ``picked``: member g of selected group j is at
-    ``g * k + j``; the leftover columns follow the ``GROUP * k`` members."""
+    ``g * k + j``; the leftover columns (from column ``leftover``, if any) follow the
+    ``GROUP * k`` members."""
     k = groups.shape[1]
-    in_group = picked < GROUP * k
-    member = picked.clamp(max=GROUP * k - 1)
+    member = picked if leftover is None else picked.clamp(max=GROUP * k - 1)
     column = (
         torch.gather(groups, 1, member.remainder(k)) + member.div(k, rounding_mode="floor") * stride
     )
-    return torch.where(in_group, column, picked - GROUP * k + main)
+    if leftover is None:
+        return column
+    return torch.where(picked < GROUP * k, column, picked - GROUP * k + leftover)
