@@ -48,6 +48,14 @@ def test_many_clusters(n, num_true, num_pred):
     check(rng.integers(0, num_true, n), rng.integers(0, num_pred, n))
 
 
+@pytest.mark.parametrize("chunk", [1, 37, 1000])
+def test_expected_mutual_info_summed_in_chunks(monkeypatch, chunk):
+    # The terms are summed a few pairs of marginal counts at a time; any cut gives the same.
+    monkeypatch.setattr(mi, "_EMI_CHUNK", chunk)
+    rng = np.random.default_rng(chunk)
+    check(rng.integers(0, 30, 1500), rng.integers(0, 45, 1500))
+
+
 def test_nearly_perfect_clustering_with_many_clusters():
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(500), 20)

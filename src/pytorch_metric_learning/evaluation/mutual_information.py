@@ -186,54 +186,59 @@ def _expected_mutual_info(
     row_sums: torch.Tensor, col_sums: torch.Tensor, num_samples: int
 ) -> float:
     """Sum the hypergeometric terms over distinct pairs of marginal counts, in chunks."""
-    a_values, a_mult = torch.unique(row_sums, return_counts=True)
-    b_values, b_mult = torch.unique(col_sums, return_counts=True)
+    a_values, a_mult = torch.unique(row_sums.long(), return_counts=True)
+    b_values, b_mult = torch.unique(col_sums.long(), return_counts=True)
     a = a_values.repeat_interleave(len(b_values))
     b = b_values.repeat(len(a_values))
     weight = (a_mult.repeat_interleave(len(b_values)) * b_mult.repeat(len(a_values))).double()
     low = torch.clamp(a + b - num_samples, min=1)
-    lengths = (torch.minimum(a, b) - low + 1).clamp(min=0).long()
+    lengths = (torch.minimum(a, b) - low + 1).clamp(min=0)
+    # log(i!) for i = 0..n: every factorial of the terms, looked up instead of evaluated
+    log_factorial = torch.lgamma(
+        torch.arange(num_samples + 1, dtype=torch.float64, device=a.device) + 1
+    )
+    pairs = _EmiPairs(a, b, low, lengths, weight, log_factorial, num_samples)
     ends = lengths.cumsum(0)
-    total = a.new_zeros(())
+    total = weight.new_zeros(())
     start = 0
     while start < len(a):
         budget = (ends[start - 1] if start else 0) + _EMI_CHUNK
         stop = max(start + 1, int(torch.searchsorted(ends, budget, right=True)))
-        chunk = slice(start, stop)
-        total += _emi_terms(
-            a[chunk], b[chunk], low[chunk], lengths[chunk], weight[chunk], num_samples
-        )
+        total += _emi_terms(pairs, slice(start, stop))
         start = stop
     return float(total)
 
 
-def _emi_terms(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    low: torch.Tensor,
-    lengths: torch.Tensor,
-    weight: torch.Tensor,
-    num_samples: int,
-) -> torch.Tensor:
-    """Weighted sum over pairs ``(a, b)`` and ``nij`` in ``[low, min(a, b)]`` of the terms."""
+class _EmiPairs(NamedTuple):
+    """Pairs ``(a, b)`` of marginal counts, their ranges of ``nij`` and the shared table."""
+
+    a: torch.Tensor  # int64
+    b: torch.Tensor  # int64
+    low: torch.Tensor  # the smallest nij of each pair
+    lengths: torch.Tensor  # how many nij each pair has
+    weight: torch.Tensor  # how many (row, column) pairs have these counts
+    log_factorial: torch.Tensor  # log(i!) for i = 0..num_samples
+    num_samples: int
+
+
+def _emi_terms(pairs: _EmiPairs, chunk: slice) -> torch.Tensor:
+    """Weighted sum over the pairs in ``chunk`` and ``nij`` in ``[low, min(a, b)]`` of the terms."""
+    a, b, low, lengths = pairs.a[chunk], pairs.b[chunk], pairs.low[chunk], pairs.lengths[chunk]
+    n, log_fact = pairs.num_samples, pairs.log_factorial
+    # The parts that depend on the pair only: a! b! (n - a)! (n - b)! / n!, and log(n / (a b)).
+    pair_log_prob = log_fact[a] + log_fact[b] + log_fact[n - a] + log_fact[n - b] - log_fact[n]
+    pair_log_ratio = math.log(n) - a.double().log() - b.double().log()
+    pair_weight = pairs.weight[chunk] / n
     pair = torch.repeat_interleave(torch.arange(len(a), device=a.device), lengths)
     first = lengths.cumsum(0) - lengths
-    nij = low[pair] + (torch.arange(len(pair), device=a.device) - first[pair]).double()
+    nij = low[pair] + torch.arange(len(pair), device=a.device) - first[pair]
     a, b = a[pair], b[pair]
-    n = float(num_samples)
-    log_ratio = math.log(n) + nij.log() - a.log() - b.log()
-    log_prob = (
-        torch.lgamma(a + 1)
-        + torch.lgamma(b + 1)
-        + torch.lgamma(n - a + 1)
-        + torch.lgamma(n - b + 1)
-        - torch.lgamma(nij + 1)
-        - math.lgamma(n + 1)
-        - torch.lgamma(a - nij + 1)
-        - torch.lgamma(b - nij + 1)
-        - torch.lgamma(n - a - b + nij + 1)
+    log_prob = pair_log_prob[pair] - (
+        log_fact[nij] + log_fact[a - nij] + log_fact[b - nij] + log_fact[n - a - b + nij]
     )
-    return (nij / n * log_ratio * log_prob.exp() * weight[pair]).sum()
+    nij_real = nij.double()
+    terms = nij_real * (pair_log_ratio[pair] + nij_real.log()) * log_prob.exp()
+    return (terms * pair_weight[pair]).sum()
 
 
 def _away_from_zero(value: float) -> float:
