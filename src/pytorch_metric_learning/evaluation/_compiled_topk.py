@@ -69,6 +69,9 @@ def _enabled() -> bool:
 
 
 _used = False
+# What the finish loop takes for no renaming and for rows written in place.
+_NONE_INT32 = np.empty(0, dtype=np.int32)
+_NONE_INT64 = np.empty(0, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=1)
@@ -109,7 +112,7 @@ def _try_out(kernels: Any) -> None:
     state = (values, indices, count, bound)
     kernels.push_both(tile, state, state, k, (0, size), (size, 0), (0, size), (0, size), True)
     out = (np.empty((2 * size, k), dtype=np.float32), np.empty((2 * size, k), dtype=np.int64))
-    kernels.finish(values, indices, count, k, *out, 0, 2 * size)
+    kernels.finish(values, indices, count, k, _NONE_INT32, _NONE_INT64, *out, 0, 2 * size)
     kth = np.empty(size, dtype=np.float32)
     kernels.kth_smallest_rows(tile, k, kth, 0, size)
     # Row r < size saw tile row r twice and tile column r; row size + c saw tile column c.
@@ -208,20 +211,17 @@ class CompiledTopK:
         """
         values = torch.empty((self.num_rows, self.k), dtype=torch.float32)
         indices = torch.empty((self.num_rows, self.k), dtype=torch.long)
+        names = _NONE_INT32 if numbering is None else numbering
         for number, buffer in enumerate(self._buffers):
             if buffer is None:
                 raise RuntimeError("CompiledTopK.finish was called twice")
             rows = slice(number * ROWS_PER_BUFFER, number * ROWS_PER_BUFFER + len(buffer[0]))
-            if numbering is not None:  # slots past a row's count hold leftovers: clipped
-                buffer[1][:] = numbering.take(buffer[1], mode="clip")
             if positions is None:
-                out = (values[rows], indices[rows])
+                out_rows, out = _NONE_INT64, (values[rows].numpy(), indices[rows].numpy())
             else:
-                out = (torch.empty_like(values[rows]), torch.empty_like(indices[rows]))
-            state = (*buffer, self.count[rows], self.k, out[0].numpy(), out[1].numpy())
+                out_rows, out = positions[rows].numpy(), (values.numpy(), indices.numpy())
+            state = (*buffer, self.count[rows], self.k, names, out_rows, *out)
             self._map(0, len(buffer[0]), self._kernels.finish, *state)
-            if positions is not None:
-                values[positions[rows]], indices[positions[rows]] = out
             self._buffers[number] = None  # released before the next rows are written
         return values, indices
 

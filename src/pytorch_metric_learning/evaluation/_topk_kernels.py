@@ -370,6 +370,7 @@ def push_both(
 _SIGN = np.uint32(0x80000000)
 _LOW32 = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
+_BYTE = np.uint64(0xFF)
 
 
 @_inline
@@ -383,38 +384,83 @@ def _from_order_key(key: np.uint32) -> np.uint32:
     return key ^ _SIGN if key & _SIGN else ~key
 
 
+@_inline
+def _radix_sort(keys: np.ndarray, size: int, spare: np.ndarray, counts: np.ndarray) -> None:
+    """Sort ``keys[:size]`` (uint64) in place, a byte at a time from the lowest (LSD radix),
+    skipping the bytes that all keys share; ``spare`` holds ``size`` keys, ``counts`` is
+    8 x 256."""
+    counts[:, :] = 0
+    for i in range(size):
+        key = keys[i]
+        for byte in range(8):
+            counts[byte, (key >> np.uint64(8 * byte)) & _BYTE] += 1
+    in_keys = True  # whether the keys, as sorted so far, are in ``keys`` or in ``spare``
+    for byte in range(8):
+        shift = np.uint64(8 * byte)
+        starts = counts[byte]
+        if size == 0 or starts[(keys[0] >> shift) & _BYTE] == size:
+            continue  # the same byte in every key (keys[0]: any key has it)
+        total = 0
+        for digit in range(256):
+            number = starts[digit]
+            starts[digit] = total
+            total += number
+        source, target = (keys, spare) if in_keys else (spare, keys)
+        for i in range(size):
+            key = source[i]
+            digit = (key >> shift) & _BYTE
+            target[starts[digit]] = key
+            starts[digit] += 1
+        in_keys = not in_keys
+    if not in_keys:
+        keys[:size] = spare[:size]
+
+
 @_jit
 def finish(
     values: np.ndarray,
     indices: np.ndarray,
     count: np.ndarray,
     k: int,
+    numbering: np.ndarray,
+    out_rows: np.ndarray,
     out_values: np.ndarray,
     out_indices: np.ndarray,
     start: int,
     stop: int,
 ) -> None:
     """Rows ``start:stop`` of the k smallest candidates, sorted by value, then index
-    (inf and -1 after them if fewer)."""
+    (inf and -1 after them if fewer).
+
+    Candidate ``i`` is named ``numbering[i]`` (``i`` if ``numbering`` is empty); row ``r``
+    is written to output row ``out_rows[r]`` (``r`` if ``out_rows`` is empty).
+    """
     capacity = values.shape[1]
     scratch = np.empty(capacity, np.float32)
     ties = np.empty(capacity, np.int32)
     keys = np.empty(capacity, np.uint64)
+    spare = np.empty(capacity, np.uint64)
+    counts = np.empty((8, 256), np.int64)
+    renamed = numbering.shape[0] > 0
     for r in range(start, stop):
         filled = count[r]
         if filled > k:
             filled, _ = _shrink(values[r], indices[r], filled, k, scratch, ties)
         bits = values[r].view(np.uint32)
         for i in range(filled):
+            index = indices[r, i]
+            if renamed:
+                index = numbering[index]
             high = np.uint64(_order_key(bits[i]))
-            keys[i] = (high << _SHIFT) | np.uint64(np.uint32(indices[r, i]))
-        keys[:filled].sort()
-        out_bits = out_values[r].view(np.uint32)
+            keys[i] = (high << _SHIFT) | np.uint64(np.uint32(index))
+        _radix_sort(keys, filled, spare, counts)
+        out = out_rows[r] if out_rows.shape[0] > 0 else r
+        out_bits = out_values[out].view(np.uint32)
         for i in range(filled):
             out_bits[i] = _from_order_key(np.uint32(keys[i] >> _SHIFT))
-            out_indices[r, i] = np.int64(keys[i] & _LOW32)
-        out_values[r, filled:] = np.inf
-        out_indices[r, filled:] = -1
+            out_indices[out, i] = np.int64(keys[i] & _LOW32)
+        out_values[out, filled:] = np.inf
+        out_indices[out, filled:] = -1
 
 
 @_jit
