@@ -462,3 +462,21 @@ def test_radix_sort_equals_numpy_sort(keys, padding) -> None:
     kernels._radix_sort(array, len(keys), spare, np.empty((8, 256), dtype=np.int64))
     assert array[: len(keys)].tolist() == sorted(keys)
     assert array[len(keys) :].tolist() == [7] * padding
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 6), st.integers(1, 200)),
+    levels=st.sampled_from([3, 1000, 2**24]),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_kth_smallest_rows_equals_sorting(shape, levels, seed, data) -> None:
+    """Both ways (insertion for small k, bounded quickselect above), ties included."""
+    rows, width = shape
+    k = data.draw(st.integers(1, width))
+    generator = torch.Generator().manual_seed(seed)
+    tile = torch.randint(0, levels, shape, generator=generator).float().numpy()
+    out = np.empty(rows, dtype=np.float32)
+    _compiled_topk._kernels().kth_smallest_rows(tile, k, out, 0, rows)
+    assert out.tolist() == np.sort(tile, axis=1)[:, k - 1].tolist()

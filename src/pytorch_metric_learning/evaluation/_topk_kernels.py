@@ -11,6 +11,8 @@ import numba
 import numpy as np
 
 BLOCK = 8
+# Ranks up to which kth_smallest_rows inserts into a sorted list instead of selecting.
+INSERTION_MAX_K = 24
 
 # No "ninf": inf is the bound of a row that has none yet.
 _FAST = {"nnan", "nsz", "arcp", "contract", "reassoc", "afn"}
@@ -463,11 +465,32 @@ def finish(
         out_indices[out, filled:] = -1
 
 
+@_inline
+def _kth_smallest_by_insertion(row: np.ndarray, k: int, best: np.ndarray) -> np.float32:
+    """The k-th smallest of ``row``: its k smallest kept sorted in ``best``, each entry
+    below the k-th so far inserted (few are, when k is small against the row)."""
+    for i in range(k):
+        best[i] = np.inf
+    top = best[k - 1]
+    for j in range(row.shape[0]):
+        value = row[j]
+        if value < top:
+            i = k - 1
+            while i > 0 and best[i - 1] > value:
+                best[i] = best[i - 1]
+                i -= 1
+            best[i] = value
+            top = best[k - 1]
+    return top
+
+
 @_jit
 def kth_smallest_rows(tile: np.ndarray, k: int, out: np.ndarray, start: int, stop: int) -> None:
     """``out[i]``: the k-th smallest entry of row ``i`` of ``tile``, for ``start <= i < stop``.
 
-    Only the entries at or below a first bound (see ``_first_bound``) go through quickselect.
+    For k up to ``INSERTION_MAX_K``, by insertion into the k smallest so far; above it,
+    only the entries at or below a first bound (see ``_first_bound``) go through
+    quickselect.
     """
     width = tile.shape[1]
     scratch = np.empty(width, np.float32)
@@ -475,6 +498,9 @@ def kth_smallest_rows(tile: np.ndarray, k: int, out: np.ndarray, start: int, sto
     below = np.empty(width, np.float32)
     for i in range(start, stop):
         row = tile[i]
+        if k <= INSERTION_MAX_K:
+            out[i] = _kth_smallest_by_insertion(row, k, below)
+            continue
         limit = _first_bound(row, width, k, minima, scratch)
         kept = 0
         for j in range(width):
