@@ -405,13 +405,17 @@ def test_finish_releases_the_candidates_buffer_by_buffer(monkeypatch) -> None:
         state.push_rows(0, torch.zeros(1, 3), 0)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("buffer_rows", [3, 2048])
-def test_finish_renames_candidates_before_sorting_and_places_rows(monkeypatch, buffer_rows) -> None:
+def test_finish_renames_candidates_before_sorting_and_places_rows(
+    monkeypatch, buffer_rows, threads
+) -> None:
     """Ties are ordered by the new names; row r lands at ``positions[r]``."""
     monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
+    monkeypatch.setattr(_compiled_topk, "MIN_PART", 1)  # split even a few rows over threads
     scores = torch.tensor([[1.0, 0.0, 1.0, 1.0, 5.0]]).repeat(7, 1)
     scores[3] = torch.tensor([2.0, 2.0, 2.0, 2.0, 9.0])  # ties only
-    state = _compiled_topk.CompiledTopK(7, 4)
+    state = _compiled_topk.CompiledTopK(7, 4, threads=threads)
     state.push_rows(0, scores, 0)
     numbering = np.array([40, 30, 20, 10, 0], dtype=np.int32)
     positions = torch.tensor([6, 5, 4, 0, 2, 1, 3])  # source row 3 lands at row 0
