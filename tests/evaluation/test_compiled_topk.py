@@ -369,20 +369,42 @@ def test_no_warning_without_numba(monkeypatch, reloaded_kernels) -> None:
         assert _compiled_topk._kernels() is None
 
 
-def test_the_load_check_catches_loops_that_return_a_wrong_top_k() -> None:
-    real = _compiled_topk._kernels()
-
-    def finish_off_by_one(*args):
+def _finish_off_by_one(real):
+    def finish(*args):
         real.finish(*args)
         args[6][:, -1] += 1  # out_values
 
-    names = ("BLOCK", "push_rows", "push_columns", "push_both", "kth_smallest_rows")
-    wrong = SimpleNamespace(
-        finish=finish_off_by_one, **{name: getattr(real, name) for name in names}
-    )
+    return finish
+
+
+def _kth_wrong_above_insertion(real):
+    def kth_smallest_rows(tile, k, out, start, stop):
+        real.kth_smallest_rows(tile, k, out, start, stop)
+        if k > real.INSERTION_MAX_K:  # only the quickselect way is wrong
+            out[start:stop] += 1
+
+    return kth_smallest_rows
+
+
+@pytest.mark.parametrize(
+    ("name", "broken"),
+    [("finish", _finish_off_by_one), ("kth_smallest_rows", _kth_wrong_above_insertion)],
+)
+def test_the_load_check_catches_loops_that_return_a_wrong_top_k(name, broken) -> None:
+    real = _compiled_topk._kernels()
+    names = ("BLOCK", "INSERTION_MAX_K", "push_rows", "push_columns", "push_both", "_radix_sort")
+    loops = {other: getattr(real, other) for other in (*names, "finish", "kth_smallest_rows")}
+    wrong = SimpleNamespace(**{**loops, name: broken(real)})
     with pytest.raises(RuntimeError, match="wrong top-k"):
         _compiled_topk._try_out(wrong)
     _compiled_topk._try_out(real)
+
+
+def test_kth_smallest_refuses_a_rank_outside_the_row() -> None:
+    state = _compiled_topk.CompiledTopK(2, 1)
+    for k in (0, 4):
+        with pytest.raises(ValueError, match="1 <= k <= 3"):
+            state.kth_smallest(torch.zeros(2, 3), k)
 
 
 def test_finish_releases_the_candidates_buffer_by_buffer(monkeypatch) -> None:
@@ -413,17 +435,21 @@ def test_finish_renames_candidates_before_sorting_and_places_rows(
     """Ties are ordered by the new names; row r lands at ``positions[r]``."""
     monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
     monkeypatch.setattr(_compiled_topk, "MIN_PART", 1)  # split even a few rows over threads
-    scores = torch.tensor([[1.0, 0.0, 1.0, 1.0, 5.0]]).repeat(7, 1)
-    scores[3] = torch.tensor([2.0, 2.0, 2.0, 2.0, 9.0])  # ties only
+    shift = 10.0 * torch.arange(7.0).unsqueeze(1)  # every row its own values
+    scores = torch.tensor([[1.0, 0.0, 1.0, 1.0, 5.0]]) + shift
+    scores[3] = torch.tensor([2.0, 2.0, 2.0, 2.0, 9.0]) + shift[3]  # ties only
     state = _compiled_topk.CompiledTopK(7, 4, threads=threads)
     state.push_rows(0, scores, 0)
     numbering = np.array([40, 30, 20, 10, 0], dtype=np.int32)
     positions = torch.tensor([6, 5, 4, 0, 2, 1, 3])  # source row 3 lands at row 0
     values, indices = state.finish(numbering, positions)
-    assert indices[0].tolist() == [10, 20, 30, 40] and (values[0] == 2).all()
-    for out_row in range(1, 7):
-        assert indices[out_row].tolist() == [30, 10, 20, 40]
-        assert values[out_row].tolist() == [0.0, 1.0, 1.0, 1.0]
+    for row, out_row in enumerate(positions.tolist()):
+        if row == 3:
+            assert indices[out_row].tolist() == [10, 20, 30, 40]
+            assert values[out_row].tolist() == [32.0] * 4
+        else:
+            assert indices[out_row].tolist() == [30, 10, 20, 40]
+            assert values[out_row].tolist() == [10.0 * row + v for v in (0.0, 1.0, 1.0, 1.0)]
 
 
 def test_first_bounds_come_from_the_sample_tile(compiled_everywhere, monkeypatch) -> None:
@@ -480,7 +506,11 @@ def test_kth_smallest_rows_equals_sorting(shape, levels, seed, data) -> None:
     rows, width = shape
     k = data.draw(st.integers(1, width))
     generator = torch.Generator().manual_seed(seed)
-    tile = torch.randint(0, levels, shape, generator=generator).float().numpy()
+    tile = (torch.randint(0, levels, shape, generator=generator) - levels // 2).float().numpy()
+    specials = np.array([np.inf, -np.inf, 0.0, -0.0], dtype=np.float32)
+    spots = data.draw(st.lists(st.tuples(st.integers(0, rows - 1), st.integers(0, width - 1))))
+    for (row, column), special in zip(spots, np.resize(specials, len(spots))):
+        tile[row, column] = special
     out = np.empty(rows, dtype=np.float32)
     _compiled_topk._kernels().kth_smallest_rows(tile, k, out, 0, rows)
     assert out.tolist() == np.sort(tile, axis=1)[:, k - 1].tolist()

@@ -46,6 +46,8 @@ ROWS_PER_BUFFER = 2048
 # the room grows with k (k=550: about 830 entries cost 4.8 s against 7.8 s with k + 64).
 SLACK_BLOCKS = 8
 SLACK_FRACTION = 0.5
+# Keys the load check sorts with the radix sort of the final sort.
+RADIX_TRY_KEYS = 100
 
 
 def available() -> bool:
@@ -113,14 +115,27 @@ def _try_out(kernels: Any) -> None:
     kernels.push_both(tile, state, state, k, (0, size), (size, 0), (0, size), (0, size), True)
     out = (np.empty((2 * size, k), dtype=np.float32), np.empty((2 * size, k), dtype=np.int64))
     kernels.finish(values, indices, count, k, _NONE_INT32, _NONE_INT64, *out, 0, 2 * size)
-    kth = np.empty(size, dtype=np.float32)
-    kernels.kth_smallest_rows(tile, k, kth, 0, size)
     # Row r < size saw tile row r twice and tile column r; row size + c saw tile column c.
     seen = np.concatenate([tile, tile.T, tile], axis=1)
     expected = np.concatenate([np.sort(seen, axis=1)[:, :k], np.sort(tile.T, axis=1)[:, :k]])
-    kth_expected = np.sort(tile, axis=1)[:, k - 1]
-    if not (np.array_equal(out[0], expected) and np.array_equal(kth, kth_expected)):
+    kth_right = all(  # a small rank (by insertion) and a large one (by quickselect)
+        np.array_equal(_kth_smallest(kernels, seen, rank), np.sort(seen, axis=1)[:, rank - 1])
+        for rank in (k, kernels.INSERTION_MAX_K + 1)
+    )
+    keys = np.random.default_rng(0).integers(0, 2**63, RADIX_TRY_KEYS, dtype=np.uint64)
+    keys &= np.uint64(0xFF00FFFF00FF00FF)  # bytes that all keys share (zero) and others
+    radix_sorted = keys.copy()
+    spare = np.empty_like(keys)
+    kernels._radix_sort(radix_sorted, len(keys), spare, np.empty((8, 256), dtype=np.int64))
+    sort_right = np.array_equal(radix_sorted, np.sort(keys))
+    if not (np.array_equal(out[0], expected) and kth_right and sort_right):
         raise RuntimeError("they returned a wrong top-k on a test tile")
+
+
+def _kth_smallest(kernels: Any, tile: np.ndarray, k: int) -> np.ndarray:
+    out = np.empty(len(tile), dtype=np.float32)
+    kernels.kth_smallest_rows(tile, k, out, 0, len(tile))
+    return out
 
 
 class CompiledTopK:
@@ -228,6 +243,8 @@ class CompiledTopK:
     def kth_smallest(self, scores: torch.Tensor, k: int) -> torch.Tensor:
         """The k-th smallest entry of each row of ``scores``."""
         tile = _as_array(scores)
+        if not 1 <= k <= tile.shape[1]:
+            raise ValueError(f"kth_smallest needs 1 <= k <= {tile.shape[1]}; got k={k}")
         out = np.empty(len(tile), dtype=np.float32)
         self._map(0, len(tile), self._kernels.kth_smallest_rows, tile, k, out)
         return torch.from_numpy(out)

@@ -13,6 +13,8 @@ import numpy as np
 BLOCK = 8
 # Ranks up to which kth_smallest_rows inserts into a sorted list instead of selecting.
 INSERTION_MAX_K = 24
+# Rows with fewer candidates than this are sorted by comparisons in finish, not by radix.
+RADIX_MIN_KEYS = 48
 
 # No "ninf": inf is the bound of a row that has none yet.
 _FAST = {"nnan", "nsz", "arcp", "contract", "reassoc", "afn"}
@@ -455,7 +457,10 @@ def finish(
                 index = numbering[index]
             high = np.uint64(_order_key(bits[i]))
             keys[i] = (high << _SHIFT) | np.uint64(np.uint32(index))
-        _radix_sort(keys, filled, spare, counts)
+        if filled < RADIX_MIN_KEYS:
+            keys[:filled].sort()
+        else:
+            _radix_sort(keys, filled, spare, counts)
         out = out_rows[r] if out_rows.shape[0] > 0 else r
         out_bits = out_values[out].view(np.uint32)
         for i in range(filled):
