@@ -104,6 +104,24 @@ def _try_out(kernels: Any) -> None:
     k, size = 2, 3 * kernels.BLOCK
     tile = np.random.default_rng(0).permutation(size * size).astype(np.float32)
     tile = tile.reshape(size, size)
+    # Row r < size sees tile row r twice and tile column r; row size + c sees tile column c.
+    seen = np.concatenate([tile, tile.T, tile], axis=1)
+    expected = np.concatenate([np.sort(seen, axis=1)[:, :k], np.sort(tile.T, axis=1)[:, :k]])
+    right = (
+        np.array_equal(_fed_top_k(kernels, tile, k), expected)
+        and all(  # a small rank (by insertion) and a large one (by quickselect)
+            np.array_equal(_kth_smallest(kernels, seen, rank), np.sort(seen, axis=1)[:, rank - 1])
+            for rank in (k, kernels.INSERTION_MAX_K + 1)
+        )
+        and _radix_sorts(kernels)
+    )
+    if not right:
+        raise RuntimeError("they returned a wrong top-k on a test tile")
+
+
+def _fed_top_k(kernels: Any, tile: np.ndarray, k: int) -> np.ndarray:
+    """The k smallest values of rows fed ``tile`` by every push loop, from ``finish``."""
+    size = len(tile)
     capacity = k + kernels.BLOCK * SLACK_BLOCKS
     values = np.empty((2 * size, capacity), dtype=np.float32)
     indices = np.empty((2 * size, capacity), dtype=np.int32)
@@ -115,27 +133,23 @@ def _try_out(kernels: Any) -> None:
     kernels.push_both(tile, state, state, k, (0, size), (size, 0), (0, size), (0, size), True)
     out = (np.empty((2 * size, k), dtype=np.float32), np.empty((2 * size, k), dtype=np.int64))
     kernels.finish(values, indices, count, k, _NONE_INT32, _NONE_INT64, *out, 0, 2 * size)
-    # Row r < size saw tile row r twice and tile column r; row size + c saw tile column c.
-    seen = np.concatenate([tile, tile.T, tile], axis=1)
-    expected = np.concatenate([np.sort(seen, axis=1)[:, :k], np.sort(tile.T, axis=1)[:, :k]])
-    kth_right = all(  # a small rank (by insertion) and a large one (by quickselect)
-        np.array_equal(_kth_smallest(kernels, seen, rank), np.sort(seen, axis=1)[:, rank - 1])
-        for rank in (k, kernels.INSERTION_MAX_K + 1)
-    )
-    keys = np.random.default_rng(0).integers(0, 2**63, RADIX_TRY_KEYS, dtype=np.uint64)
-    keys &= np.uint64(0xFF00FFFF00FF00FF)  # bytes that all keys share (zero) and others
-    radix_sorted = keys.copy()
-    spare = np.empty_like(keys)
-    kernels._radix_sort(radix_sorted, len(keys), spare, np.empty((8, 256), dtype=np.int64))
-    sort_right = np.array_equal(radix_sorted, np.sort(keys))
-    if not (np.array_equal(out[0], expected) and kth_right and sort_right):
-        raise RuntimeError("they returned a wrong top-k on a test tile")
+    return out[0]
 
 
 def _kth_smallest(kernels: Any, tile: np.ndarray, k: int) -> np.ndarray:
     out = np.empty(len(tile), dtype=np.float32)
     kernels.kth_smallest_rows(tile, k, out, 0, len(tile))
     return out
+
+
+def _radix_sorts(kernels: Any) -> bool:
+    """Whether the final sort's radix sort sorts keys with shared and differing bytes."""
+    keys = np.random.default_rng(0).integers(0, 2**63, RADIX_TRY_KEYS, dtype=np.uint64)
+    keys &= np.uint64(0xFF00FFFF00FF00FF)  # bytes that all keys share (zero) and others
+    radix_sorted = keys.copy()
+    spare = np.empty_like(keys)
+    kernels._radix_sort(radix_sorted, len(keys), spare, np.empty((8, 256), dtype=np.int64))
+    return bool(np.array_equal(radix_sorted, np.sort(keys)))
 
 
 class CompiledTopK:
