@@ -79,16 +79,16 @@ def search_compiled(
         rows = slice(r0, min(r0 + side, num_query))
         for c0 in range(0, r0 + 1 if symmetric else num_ref, side):
             cols = slice(c0, min(c0 + side, num_ref))
-            sampled = rank if c0 == 0 else None  # the sample: the rows' first bounds
-            for part_rows, part_cols in _blocks(rows, cols, whole_rows=sampled is not None):
+            sampled = c0 == 0 and rank is not None  # the sample: the rows' first bounds
+            for part_rows, part_cols in _blocks(rows, cols, whole_rows=sampled):
                 shape = (part_rows.stop - part_rows.start, part_cols.stop - part_cols.start)
                 scores = scorer.tile(
                     part_rows, part_cols, buffer[: shape[0] * shape[1]].view(shape)
                 )
                 if skip_diagonal and c0 == r0:
                     scores.diagonal(offset=part_rows.start - part_cols.start).fill_(torch.inf)
-                if sampled is not None:
-                    state.bound[part_rows] = state.kth_smallest(scores, sampled).numpy()
+                if sampled:
+                    state.bound[part_rows] = state.kth_smallest(scores, rank).numpy()
                 if symmetric and c0 != r0:
                     state.push_both(part_rows.start, scores, part_cols.start)
                 else:
