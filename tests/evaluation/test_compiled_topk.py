@@ -17,7 +17,6 @@ from test_knn_tiled import FAST, assert_top_k, brute_force_values, integer_point
 
 from pytorch_metric_learning.distances import LpDistance, SNRDistance
 from pytorch_metric_learning.evaluation import CustomKNN, _compiled_topk
-from pytorch_metric_learning.evaluation._tiled_search import SquaredEuclidean
 
 knn_module = importlib.import_module("pytorch_metric_learning.evaluation.knn")
 search_module = importlib.import_module("pytorch_metric_learning.evaluation._compiled_search")
@@ -179,19 +178,15 @@ def compiled_everywhere(monkeypatch):
     mode=st.sampled_from(["none", "is", "separate", "drop self"]),
     spread=st.sampled_from([3.0, -100.0]),
     buffer_rows=st.sampled_from([20, 2048]),
-    blocks=st.sampled_from([(512, 1024), (8, 12), (5, 32)]),
 )
 def test_compiled_search_equals_brute_force(
-    problem, distance_index, mode, spread, buffer_rows, blocks
+    problem, distance_index, mode, spread, buffer_rows
 ) -> None:
     """Self and separate search, with ties and duplicate points; spread -100 makes most
     sampled bounds too low, so those rows are searched again whole. "drop self" leaves each
     row's own index out (ref_includes_query). Buffers of 20 rows split the 32-row tiles,
-    so self-search feeds rows and columns apart; with 2048 it feeds both at once. Blocks
-    of 8 x 12 and 5 x 32 split each tile unevenly, the diagonal tiles included."""
+    so self-search feeds rows and columns apart; with 2048 it feeds both at once."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(search_module, "BLOCK_ROWS", blocks[0])
-        patch.setattr(search_module, "BLOCK_COLUMNS", blocks[1])
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_TILE", 32)
@@ -475,39 +470,6 @@ def test_first_bounds_come_from_the_sample_tile(compiled_everywhere, monkeypatch
     table = torch.cdist(x.double(), x.double()).numpy() ** 2
     np.fill_diagonal(table, np.inf)
     _assert_near_top_k(values.numpy(), indices.numpy(), table, 3, False)
-
-
-def test_tiles_are_computed_in_blocks_and_the_sample_in_whole_rows(
-    compiled_everywhere, monkeypatch
-) -> None:
-    """Each tile's products are computed and offered a block at a time; the sample's
-    blocks span the tile's width, since a row's first bound needs all of its sample."""
-    monkeypatch.setattr(search_module, "BLOCK_ROWS", 12)
-    monkeypatch.setattr(search_module, "BLOCK_COLUMNS", 20)
-    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(6))
-    y = torch.randn(70, 8, generator=torch.Generator().manual_seed(7))
-    seen, ranks = [], []
-    original_tile = SquaredEuclidean.tile
-    original_kth = _compiled_topk.CompiledTopK.kth_smallest
-
-    def tile(self, rows, cols, out):
-        seen.append((rows.stop - rows.start, cols.stop - cols.start))
-        return original_tile(self, rows, cols, out)
-
-    def kth(self, scores, k):
-        ranks.append(tuple(scores.shape))
-        return original_kth(self, scores, k)
-
-    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
-    monkeypatch.setattr(_compiled_topk.CompiledTopK, "kth_smallest", kth)
-    values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(y, 5, x)
-    assert max(rows for rows, _ in seen) == 12
-    assert sum(rows * cols for rows, cols in seen) == 70 * 200  # every product, once
-    assert ranks == [(12, 32), (12, 32), (8, 32)] * 2 + [(6, 32)]  # 32-row tiles, then blocks
-    widths = [cols for _, cols in seen]
-    assert set(widths) == {32, 20, 12, 8} and widths.count(32) == len(ranks)
-    table = torch.cdist(y.double(), x.double()).numpy() ** 2
-    _assert_near_top_k(values.numpy(), indices.numpy(), table, 5, False)
 
 
 @settings(max_examples=200, deadline=None)

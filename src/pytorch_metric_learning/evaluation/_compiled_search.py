@@ -12,8 +12,6 @@ keeps only scores below each row's bound (and tightens it as candidates accumula
 is searched again over its whole row, so the result is exact whatever the data (and only
 slower when the sample misleads). Candidates are renamed to the original reference rows
 before the final sort, so ties are ordered by original index.
-Each tile is computed and offered in blocks of ``BLOCK_ROWS`` x ``BLOCK_COLUMNS``, which
-stay in cache between the product and the top-k; the sample's blocks span its whole width.
 Self-search walks only the tiles on and below the diagonal, row block by row block from
 the sample's: each tile feeds its rows and, through its columns, the rows of its column
 block, whose bounds their own first tile has already set.
@@ -34,10 +32,6 @@ __all__ = ["sample_first", "search_compiled"]
 
 # Standard deviations added to the expected sampled rank of the k-th score.
 SPREAD = 3.0
-# Each tile is computed and offered in blocks of at most this many rows and columns, whose
-# scores stay in cache from the product to the top-k (a whole tile of 16 MiB does not).
-BLOCK_ROWS = 512
-BLOCK_COLUMNS = 1024
 
 
 def sample_first(num_ref: int, side: int) -> torch.Tensor | None:
@@ -74,25 +68,21 @@ def search_compiled(
     num_query, num_ref, k = size
     state = CompiledTopK(num_query, k)
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
-    buffer = torch.empty(min(BLOCK_ROWS, num_query) * min(side, num_ref), dtype=torch.float32)
+    buffer = torch.empty(min(side, num_query) * min(side, num_ref), dtype=torch.float32)
     for r0 in range(0, num_query, side):
         rows = slice(r0, min(r0 + side, num_query))
         for c0 in range(0, r0 + 1 if symmetric else num_ref, side):
             cols = slice(c0, min(c0 + side, num_ref))
-            sampled = c0 == 0 and rank is not None  # the sample: the rows' first bounds
-            for part_rows, part_cols in _blocks(rows, cols, whole_rows=sampled):
-                shape = (part_rows.stop - part_rows.start, part_cols.stop - part_cols.start)
-                scores = scorer.tile(
-                    part_rows, part_cols, buffer[: shape[0] * shape[1]].view(shape)
-                )
-                if skip_diagonal and c0 == r0:
-                    scores.diagonal(offset=part_rows.start - part_cols.start).fill_(torch.inf)
-                if sampled:
-                    state.bound[part_rows] = state.kth_smallest(scores, rank).numpy()
-                if symmetric and c0 != r0:
-                    state.push_both(part_rows.start, scores, part_cols.start)
-                else:
-                    state.push_rows(part_rows.start, scores, part_cols.start)
+            out = buffer[: (rows.stop - r0) * (cols.stop - c0)].view(rows.stop - r0, -1)
+            scores = scorer.tile(rows, cols, out)
+            if skip_diagonal and c0 == r0:
+                scores.diagonal().fill_(torch.inf)
+            if c0 == 0 and rank is not None:  # the sample: the rows' first bounds
+                state.bound[rows] = state.kth_smallest(scores, rank).numpy()
+            if symmetric and c0 != r0:
+                state.push_both(r0, scores, c0)
+            else:
+                state.push_rows(r0, scores, c0)
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
     numbering = None if order is None else order.to(torch.int32).numpy()
     positions = order if symmetric else None
@@ -103,17 +93,6 @@ def search_compiled(
         values[rows_out] = found[0]
         indices[rows_out] = found[1] if order is None else order[found[1]]
     return values, indices
-
-
-def _blocks(rows: slice, cols: slice, whole_rows: bool) -> list[tuple[slice, slice]]:
-    """The blocks of the tile ``rows`` x ``cols``, row block by row block; each spans the
-    tile's whole width when ``whole_rows``."""
-    width = cols.stop - cols.start if whole_rows else BLOCK_COLUMNS
-    return [
-        (slice(r, min(r + BLOCK_ROWS, rows.stop)), slice(c, min(c + width, cols.stop)))
-        for r in range(rows.start, rows.stop, BLOCK_ROWS)
-        for c in range(cols.start, cols.stop, width)
-    ]
 
 
 def _sampled_rank(k: int, num_ref: int, side: int) -> int | None:
