@@ -178,15 +178,18 @@ def compiled_everywhere(monkeypatch):
     mode=st.sampled_from(["none", "is", "separate", "drop self"]),
     spread=st.sampled_from([3.0, -100.0]),
     buffer_rows=st.sampled_from([20, 2048]),
+    at_once=st.sampled_from([1, 3]),
 )
 def test_compiled_search_equals_brute_force(
-    problem, distance_index, mode, spread, buffer_rows
+    problem, distance_index, mode, spread, buffer_rows, at_once
 ) -> None:
     """Self and separate search, with ties and duplicate points; spread -100 makes most
     sampled bounds too low, so those rows are searched again whole. "drop self" leaves each
     row's own index out (ref_includes_query). Buffers of 20 rows split the 32-row tiles,
-    so self-search feeds rows and columns apart; with 2048 it feeds both at once."""
+    so self-search feeds rows and columns apart; with 2048 it feeds both at once. Products
+    are computed one tile or three tiles at a time."""
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(search_module, "_tiles_at_once", lambda symmetric, threads: at_once)
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_TILE", 32)
@@ -218,6 +221,43 @@ def _assert_near_top_k(values, indices, table, k, largest):
     np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(np.take_along_axis(table, indices, 1), expected, atol=1e-3)
     assert all(len(set(row)) == k for row in indices.tolist())
+
+
+def test_a_threaded_self_search_computes_tiles_in_batches() -> None:
+    assert search_module._tiles_at_once(symmetric=True, threads=2) == search_module.TILES_AT_ONCE
+    assert search_module._tiles_at_once(symmetric=True, threads=1) == 1
+    assert search_module._tiles_at_once(symmetric=False, threads=2) == 1
+
+
+def test_batched_tiles_set_each_rows_bound_before_feeding_it(compiled_everywhere, monkeypatch):
+    """With several tiles computed before any is offered, the sample tile of a row block
+    still sets its rows' bounds before any candidate reaches them."""
+    monkeypatch.setattr(search_module, "_tiles_at_once", lambda symmetric, threads: 5)
+    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(8))
+    events = []
+    state_type = _compiled_topk.CompiledTopK
+    original = {
+        name: getattr(state_type, name) for name in ("kth_smallest", "push_rows", "push_both")
+    }
+
+    def spy(name):
+        def call(self, *args):
+            if name != "kth_smallest":
+                first_row, scores, first_column = args
+                events.append(("rows", first_row, bool(np.isinf(self.bound[first_row]))))
+                if name == "push_both":
+                    events.append(("rows", first_column, bool(np.isinf(self.bound[first_column]))))
+            return original[name](self, *args)
+
+        return call
+
+    for name in original:
+        monkeypatch.setattr(state_type, name, spy(name))
+    values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 4, None, True)
+    assert events and not any(unbounded for _, _, unbounded in events)
+    table = torch.cdist(x.double(), x.double()).numpy() ** 2
+    np.fill_diagonal(table, np.inf)
+    _assert_near_top_k(values.numpy(), indices.numpy(), table, 4, False)
 
 
 def test_compiled_self_search_equals_the_pytorch_paths(compiled_everywhere, monkeypatch) -> None:

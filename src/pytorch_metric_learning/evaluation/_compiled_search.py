@@ -12,6 +12,8 @@ keeps only scores below each row's bound (and tightens it as candidates accumula
 is searched again over its whole row, so the result is exact whatever the data (and only
 slower when the sample misleads). Candidates are renamed to the original reference rows
 before the final sort, so ties are ordered by original index.
+A self-search on several threads computes the products of a few tiles before offering
+them (see :func:`_tiles_at_once`).
 Self-search walks only the tiles on and below the diagonal, row block by row block from
 the sample's: each tile feeds its rows and, through its columns, the rows of its column
 block, whose bounds their own first tile has already set.
@@ -32,6 +34,9 @@ __all__ = ["sample_first", "search_compiled"]
 
 # Standard deviations added to the expected sampled rank of the k-th score.
 SPREAD = 3.0
+# Tiles of a self-search on several threads whose products are computed back to back
+# before any of them is offered (see _tiles_at_once).
+TILES_AT_ONCE = 4
 
 
 def sample_first(num_ref: int, side: int) -> torch.Tensor | None:
@@ -68,13 +73,22 @@ def search_compiled(
     num_query, num_ref, k = size
     state = CompiledTopK(num_query, k)
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
-    buffer = torch.empty(min(side, num_query) * min(side, num_ref), dtype=torch.float32)
-    for r0 in range(0, num_query, side):
-        rows = slice(r0, min(r0 + side, num_query))
-        for c0 in range(0, r0 + 1 if symmetric else num_ref, side):
-            cols = slice(c0, min(c0 + side, num_ref))
-            out = buffer[: (rows.stop - r0) * (cols.stop - c0)].view(rows.stop - r0, -1)
-            scores = scorer.tile(rows, cols, out)
+    tiles = [
+        (slice(r0, min(r0 + side, num_query)), slice(c0, min(c0 + side, num_ref)))
+        for r0 in range(0, num_query, side)
+        for c0 in range(0, r0 + 1 if symmetric else num_ref, side)
+    ]
+    tile_size = min(side, num_query) * min(side, num_ref)
+    at_once = _tiles_at_once(symmetric, state.threads)
+    buffers = [torch.empty(tile_size, dtype=torch.float32) for _ in tiles[:at_once]]
+    for first in range(0, len(tiles), at_once):
+        batch = tiles[first : first + at_once]
+        products = [
+            scorer.tile(rows, cols, out[: _area(rows, cols)].view(rows.stop - rows.start, -1))
+            for (rows, cols), out in zip(batch, buffers)
+        ]
+        for (rows, cols), scores in zip(batch, products):
+            r0, c0 = rows.start, cols.start
             if skip_diagonal and c0 == r0:
                 scores.diagonal().fill_(torch.inf)
             if c0 == 0 and rank is not None:  # the sample: the rows' first bounds
@@ -93,6 +107,22 @@ def search_compiled(
         values[rows_out] = found[0]
         indices[rows_out] = found[1] if order is None else order[found[1]]
     return values, indices
+
+
+def _tiles_at_once(symmetric: bool, threads: int) -> int:
+    """How many tiles' products to compute before offering them.
+
+    After each product, PyTorch's OpenMP workers keep spinning for more work for a while
+    (libgomp's default wait policy), on the cores that the top-k threads then need. A
+    self-search on several threads, whose tiles feed both their rows and their columns,
+    computes ``TILES_AT_ONCE`` of them in a row, so that the spin overlaps one tile's
+    top-k in four; with one thread there are no workers to spin.
+    """
+    return TILES_AT_ONCE if symmetric and threads > 1 else 1
+
+
+def _area(rows: slice, cols: slice) -> int:
+    return (rows.stop - rows.start) * (cols.stop - cols.start)
 
 
 def _sampled_rank(k: int, num_ref: int, side: int) -> int | None:
