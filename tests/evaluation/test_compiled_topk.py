@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import threading
 import warnings
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ from test_knn_tiled import FAST, assert_top_k, brute_force_values, integer_point
 
 from pytorch_metric_learning.distances import LpDistance, SNRDistance
 from pytorch_metric_learning.evaluation import CustomKNN, _compiled_topk
+from pytorch_metric_learning.evaluation._tiled_search import SquaredEuclidean
 
 knn_module = importlib.import_module("pytorch_metric_learning.evaluation.knn")
 search_module = importlib.import_module("pytorch_metric_learning.evaluation._compiled_search")
@@ -258,6 +260,41 @@ def test_batched_tiles_set_each_rows_bound_before_feeding_it(compiled_everywhere
     table = torch.cdist(x.double(), x.double()).numpy() ** 2
     np.fill_diagonal(table, np.inf)
     _assert_near_top_k(values.numpy(), indices.numpy(), table, 4, False)
+
+
+def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
+    compiled_everywhere, monkeypatch
+) -> None:
+    """On two threads a separate search splits its row blocks between the threads, with
+    PyTorch on one thread meanwhile (restored afterwards), and equals brute force."""
+    query = torch.randn(150, 8, generator=torch.Generator().manual_seed(9))
+    reference = torch.randn(90, 8, generator=torch.Generator().manual_seed(10))
+    walked, inside = [], []
+    original_walk, original_tile = search_module._walk_row_blocks_in_parallel, SquaredEuclidean.tile
+
+    def walk(*args):
+        walked.append(1)
+        return original_walk(*args)
+
+    def tile(self, rows, cols, out):
+        inside.append((threading.get_ident(), torch.get_num_threads()))
+        return original_tile(self, rows, cols, out)
+
+    monkeypatch.setattr(search_module, "_walk_row_blocks_in_parallel", walk)
+    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(
+            query, 7, reference
+        )
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert walked and len(inside) == 5 * 3  # five row blocks of 32, three tile columns
+    assert {threads for _, threads in inside} == {1}
+    table = torch.cdist(query.double(), reference.double()).numpy() ** 2
+    _assert_near_top_k(values.numpy(), indices.numpy(), table, 7, False)
 
 
 def test_compiled_self_search_equals_the_pytorch_paths(compiled_everywhere, monkeypatch) -> None:

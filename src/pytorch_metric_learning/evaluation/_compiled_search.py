@@ -13,7 +13,8 @@ is searched again over its whole row, so the result is exact whatever the data (
 slower when the sample misleads). Candidates are renamed to the original reference rows
 before the final sort, so ties are ordered by original index.
 A self-search on several threads computes the products of a few tiles before offering
-them (see :func:`_tiles_at_once`).
+them (see :func:`_tiles_at_once`); a separate search on several threads gives each thread
+whole row blocks, products included, with PyTorch on one thread meanwhile.
 Self-search walks only the tiles on and below the diagonal, row block by row block from
 the sample's: each tile feeds its rows and, through its columns, the rows of its column
 block, whose bounds their own first tile has already set.
@@ -21,12 +22,15 @@ block, whose bounds their own first tile has already set.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
-from ._compiled_topk import CompiledTopK
+from ._compiled_topk import CompiledTopK, _in_parts
 from ._tiled_search import Scorer
 from ._topk import topk
 
@@ -73,30 +77,12 @@ def search_compiled(
     num_query, num_ref, k = size
     state = CompiledTopK(num_query, k)
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
-    tiles = [
-        (slice(r0, min(r0 + side, num_query)), slice(c0, min(c0 + side, num_ref)))
-        for r0 in range(0, num_query, side)
-        for c0 in range(0, r0 + 1 if symmetric else num_ref, side)
-    ]
-    tile_size = min(side, num_query) * min(side, num_ref)
-    at_once = _tiles_at_once(symmetric, state.threads)
-    buffers = [torch.empty(tile_size, dtype=torch.float32) for _ in tiles[:at_once]]
-    for first in range(0, len(tiles), at_once):
-        batch = tiles[first : first + at_once]
-        products = [
-            scorer.tile(rows, cols, out[: _area(rows, cols)].view(rows.stop - rows.start, -1))
-            for (rows, cols), out in zip(batch, buffers)
-        ]
-        for (rows, cols), scores in zip(batch, products):
-            r0, c0 = rows.start, cols.start
-            if skip_diagonal and c0 == r0:
-                scores.diagonal().fill_(torch.inf)
-            if c0 == 0 and rank is not None:  # the sample: the rows' first bounds
-                state.bound[rows] = state.kth_smallest(scores, rank).numpy()
-            if symmetric and c0 != r0:
-                state.push_both(r0, scores, c0)
-            else:
-                state.push_rows(r0, scores, c0)
+    walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal))
+    if symmetric or state.threads == 1 or num_query <= side:
+        tiles = _tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric)
+        walk.offer(tiles, _tiles_at_once(symmetric, state.threads))
+    else:
+        _walk_row_blocks_in_parallel(walk, (num_query, num_ref))
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
     numbering = None if order is None else order.to(torch.int32).numpy()
     positions = order if symmetric else None
@@ -107,6 +93,100 @@ def search_compiled(
         values[rows_out] = found[0]
         indices[rows_out] = found[1] if order is None else order[found[1]]
     return values, indices
+
+
+class _Walk:
+    """Computes tiles and offers them to the running top-k of their rows (and, below the
+    diagonal of a symmetric walk, of their columns)."""
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        state: CompiledTopK,
+        rank: int | None,
+        side: int,
+        diagonal: tuple[bool, bool],
+    ) -> None:
+        """``diagonal`` is ``(symmetric, skip_diagonal)``."""
+        self.scorer, self.state, self.rank, self.side = scorer, state, rank, side
+        self.symmetric, self.skip_diagonal = diagonal
+
+    def offer(self, tiles: list[tuple[slice, slice]], at_once: int) -> None:
+        """Offer ``tiles`` in order, computing ``at_once`` tiles' products at a time."""
+        area = min(self.side, self.state.num_rows) * self.side
+        buffers = [torch.empty(area, dtype=torch.float32) for _ in tiles[:at_once]]
+        for first in range(0, len(tiles), at_once):
+            batch = tiles[first : first + at_once]
+            products = [
+                self.scorer.tile(rows, cols, out[: _area(rows, cols)].view(_height(rows), -1))
+                for (rows, cols), out in zip(batch, buffers)
+            ]
+            for (rows, cols), scores in zip(batch, products):
+                self._offer_tile(rows.start, cols.start, scores)
+
+    def _offer_tile(self, r0: int, c0: int, scores: torch.Tensor) -> None:
+        if self.skip_diagonal and c0 == r0:
+            scores.diagonal().fill_(torch.inf)
+        if c0 == 0 and self.rank is not None:  # the sample: the rows' first bounds
+            rows = slice(r0, r0 + len(scores))
+            self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
+        if self.symmetric and c0 != r0:
+            self.state.push_both(r0, scores, c0)
+        else:
+            self.state.push_rows(r0, scores, c0)
+
+
+def _tiles(
+    row_starts: range, size: tuple[int, int], side: int, symmetric: bool
+) -> list[tuple[slice, slice]]:
+    """The tiles of the row blocks starting at ``row_starts``, row block by row block;
+    ``size`` is ``(num_query, num_ref)``. A symmetric walk stops at the diagonal."""
+    num_query, num_ref = size
+    return [
+        (slice(r0, min(r0 + side, num_query)), slice(c0, min(c0 + side, num_ref)))
+        for r0 in row_starts
+        for c0 in range(0, r0 + 1 if symmetric else num_ref, side)
+    ]
+
+
+def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
+    """Each thread takes the next row block and computes and offers its tiles alone, with
+    PyTorch on one thread meanwhile, until none is left.
+
+    The row blocks of a separate search feed different rows, so the threads never wait
+    for one another, and no OpenMP worker spins on a core between products (see
+    :func:`_tiles_at_once`).
+    """
+    num_query, num_ref = size
+    threads = walk.state.threads
+    blocks = iter(range(0, num_query, walk.side))
+    lock = threading.Lock()
+
+    def work(part: int) -> None:
+        while True:
+            with lock:
+                r0 = next(blocks, None)
+            if r0 is None:
+                return
+            walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), at_once=1)
+
+    walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
+    try:
+        with _torch_threads(1):
+            _in_parts(work, min(threads, -(-num_query // walk.side)))
+    finally:
+        walk.state.threads = threads
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    """PyTorch's intra-op threads set to ``count`` for the block, then restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _tiles_at_once(symmetric: bool, threads: int) -> int:
@@ -122,7 +202,11 @@ def _tiles_at_once(symmetric: bool, threads: int) -> int:
 
 
 def _area(rows: slice, cols: slice) -> int:
-    return (rows.stop - rows.start) * (cols.stop - cols.start)
+    return _height(rows) * (cols.stop - cols.start)
+
+
+def _height(rows: slice) -> int:
+    return rows.stop - rows.start
 
 
 def _sampled_rank(k: int, num_ref: int, side: int) -> int | None:
