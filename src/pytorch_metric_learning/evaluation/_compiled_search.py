@@ -80,7 +80,7 @@ def search_compiled(
     walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal))
     if symmetric or state.threads == 1 or num_query <= side:
         tiles = _tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric)
-        walk.offer(tiles, _tiles_at_once(symmetric, state.threads))
+        walk.offer(tiles, walk.buffers(min(len(tiles), _tiles_at_once(symmetric, state.threads))))
     else:
         _walk_row_blocks_in_parallel(walk, (num_query, num_ref))
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
@@ -111,10 +111,14 @@ class _Walk:
         self.scorer, self.state, self.rank, self.side = scorer, state, rank, side
         self.symmetric, self.skip_diagonal = diagonal
 
-    def offer(self, tiles: list[tuple[slice, slice]], at_once: int) -> None:
-        """Offer ``tiles`` in order, computing ``at_once`` tiles' products at a time."""
+    def buffers(self, count: int) -> list[torch.Tensor]:
+        """``count`` buffers that each hold a tile's products."""
         area = min(self.side, self.state.num_rows) * self.side
-        buffers = [torch.empty(area, dtype=torch.float32) for _ in tiles[:at_once]]
+        return [torch.empty(area, dtype=torch.float32) for _ in range(count)]
+
+    def offer(self, tiles: list[tuple[slice, slice]], buffers: list[torch.Tensor]) -> None:
+        """Offer ``tiles`` in order, computing one product per buffer at a time."""
+        at_once = len(buffers)
         for first in range(0, len(tiles), at_once):
             batch = tiles[first : first + at_once]
             products = [
@@ -163,12 +167,13 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
     lock = threading.Lock()
 
     def work(part: int) -> None:
+        buffers = walk.buffers(1)
         while True:
             with lock:
                 r0 = next(blocks, None)
             if r0 is None:
                 return
-            walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), at_once=1)
+            walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), buffers)
 
     walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
     try:
