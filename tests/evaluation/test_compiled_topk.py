@@ -297,6 +297,22 @@ def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
     _assert_near_top_k(values.numpy(), indices.numpy(), table, 7, False)
 
 
+def test_overlapping_searches_restore_the_thread_count_from_before_the_first() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        first, second = search_module._one_torch_thread(), search_module._one_torch_thread()
+        first.__enter__()
+        second.__enter__()  # a second search starts while the first runs
+        assert torch.get_num_threads() == 1
+        first.__exit__(None, None, None)
+        assert torch.get_num_threads() == 1  # the second still runs
+        second.__exit__(None, None, None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_compiled_self_search_equals_the_pytorch_paths(compiled_everywhere, monkeypatch) -> None:
     x = torch.randn(700, 16, generator=torch.Generator().manual_seed(3))
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))

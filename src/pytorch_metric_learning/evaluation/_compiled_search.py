@@ -177,21 +177,33 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
 
     walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
     try:
-        with _torch_threads(1):
+        with _one_torch_thread():
             _in_parts(work, min(threads, -(-num_query // walk.side)))
     finally:
         walk.state.threads = threads
 
 
+# Searches inside _one_torch_thread, and the thread count to restore when the last ends.
+_limits = {"active": 0, "restore": 1}
+_limits_lock = threading.Lock()
+
+
 @contextlib.contextmanager
-def _torch_threads(count: int) -> Iterator[None]:
-    """PyTorch's intra-op threads set to ``count`` for the block, then restored."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
+def _one_torch_thread() -> Iterator[None]:
+    """PyTorch's intra-op threads set to one for the block, then restored; searches that
+    overlap in several threads restore the count from before the first of them."""
+    with _limits_lock:
+        if _limits["active"] == 0:
+            _limits["restore"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _limits["active"] += 1
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        with _limits_lock:
+            _limits["active"] -= 1
+            if _limits["active"] == 0:
+                torch.set_num_threads(_limits["restore"])
 
 
 def _tiles_at_once(symmetric: bool, threads: int) -> int:
