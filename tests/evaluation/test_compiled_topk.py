@@ -297,6 +297,22 @@ def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
     _assert_near_top_k(values.numpy(), indices.numpy(), table, 7, False)
 
 
+def test_tile_buffers_hold_no_more_than_a_tile_of_this_search(compiled_everywhere, monkeypatch):
+    sizes = []
+    original = search_module._Walk.buffers
+
+    def buffers(self, count):
+        made = original(self, count)
+        sizes.extend(len(buffer) for buffer in made)
+        return made
+
+    monkeypatch.setattr(search_module._Walk, "buffers", buffers)
+    query = torch.randn(40, 4, generator=torch.Generator().manual_seed(11))
+    reference = torch.randn(10, 4, generator=torch.Generator().manual_seed(12))
+    CustomKNN(LpDistance(normalize_embeddings=False, power=2))(query, 3, reference)
+    assert sizes and set(sizes) == {32 * 10}  # 32-row tiles of a 10-row reference
+
+
 def test_overlapping_searches_restore_the_thread_count_from_before_the_first() -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -77,7 +77,7 @@ def search_compiled(
     num_query, num_ref, k = size
     state = CompiledTopK(num_query, k)
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
-    walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal))
+    walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal), num_ref)
     if symmetric or state.threads == 1 or num_query <= side:
         tiles = _tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric)
         walk.offer(tiles, walk.buffers(min(len(tiles), _tiles_at_once(symmetric, state.threads))))
@@ -106,14 +106,16 @@ class _Walk:
         rank: int | None,
         side: int,
         diagonal: tuple[bool, bool],
+        num_ref: int,
     ) -> None:
         """``diagonal`` is ``(symmetric, skip_diagonal)``."""
         self.scorer, self.state, self.rank, self.side = scorer, state, rank, side
         self.symmetric, self.skip_diagonal = diagonal
+        self.num_ref = num_ref
 
     def buffers(self, count: int) -> list[torch.Tensor]:
         """``count`` buffers that each hold a tile's products."""
-        area = min(self.side, self.state.num_rows) * self.side
+        area = min(self.side, self.state.num_rows) * min(self.side, self.num_ref)
         return [torch.empty(area, dtype=torch.float32) for _ in range(count)]
 
     def offer(self, tiles: list[tuple[slice, slice]], buffers: list[torch.Tensor]) -> None:
@@ -161,7 +163,7 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
     for one another, and no OpenMP worker spins on a core between products (see
     :func:`_tiles_at_once`).
     """
-    num_query, num_ref = size
+    num_query = size[0]
     threads = walk.state.threads
     blocks = iter(range(0, num_query, walk.side))
     lock = threading.Lock()
