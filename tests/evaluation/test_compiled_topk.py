@@ -181,17 +181,21 @@ def compiled_everywhere(monkeypatch):
     spread=st.sampled_from([3.0, -100.0]),
     buffer_rows=st.sampled_from([20, 2048]),
     at_once=st.sampled_from([1, 3]),
+    blocks=st.sampled_from([(512, 1024), (8, 12)]),
 )
 def test_compiled_search_equals_brute_force(
-    problem, distance_index, mode, spread, buffer_rows, at_once
+    problem, distance_index, mode, spread, buffer_rows, at_once, blocks
 ) -> None:
     """Self and separate search, with ties and duplicate points; spread -100 makes most
     sampled bounds too low, so those rows are searched again whole. "drop self" leaves each
     row's own index out (ref_includes_query). Buffers of 20 rows split the 32-row tiles,
     so self-search feeds rows and columns apart; with 2048 it feeds both at once. Products
-    are computed one tile or three tiles at a time."""
+    are computed one tile or three tiles at a time; a separate search's in blocks of
+    ``blocks`` rows and columns (8 x 12 cuts the 32-square tiles unevenly)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(search_module, "_tiles_at_once", lambda symmetric, threads: at_once)
+        patch.setattr(search_module, "BLOCK_ROWS", blocks[0])
+        patch.setattr(search_module, "BLOCK_COLUMNS", blocks[1])
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_TILE", 32)
@@ -295,6 +299,33 @@ def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
     assert {threads for _, threads in inside} == {1}
     table = torch.cdist(query.double(), reference.double()).numpy() ** 2
     _assert_near_top_k(values.numpy(), indices.numpy(), table, 7, False)
+
+
+@pytest.mark.parametrize("separate", [True, False])
+def test_separate_searches_compute_tiles_in_blocks(compiled_everywhere, monkeypatch, separate):
+    """A separate search computes each 32-square tile in blocks of 8 x 12 (the sample's
+    blocks whole-width, for the rows' first bounds); a self-search computes whole tiles."""
+    monkeypatch.setattr(search_module, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(search_module, "BLOCK_COLUMNS", 12)
+    shapes = []
+    original_tile = SquaredEuclidean.tile
+
+    def tile(self, rows, cols, out):
+        shapes.append((cols.start, rows.stop - rows.start, cols.stop - cols.start))
+        return original_tile(self, rows, cols, out)
+
+    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(13))
+    reference = x.clone() if separate else None
+    values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 5, reference)
+    if separate:  # two row blocks of 32: the sample in 4 x 1 blocks, the other tile in 4 x 3
+        assert sorted({shape for shape in shapes if shape[0] == 0}) == [(0, 8, 32)]
+        assert {shape[1:] for shape in shapes if shape[0] > 0} == {(8, 12), (8, 8)}
+        assert len(shapes) == 2 * (4 + 4 * 3)
+    else:  # the three tiles on and below the diagonal, whole
+        assert shapes == [(0, 32, 32), (0, 32, 32), (32, 32, 32)]
+    table = torch.cdist(x.double(), x.double()).numpy() ** 2
+    _assert_near_top_k(values.numpy(), indices.numpy(), table, 5, False)
 
 
 def test_tile_buffers_hold_no_more_than_a_tile_of_this_search(compiled_everywhere, monkeypatch):

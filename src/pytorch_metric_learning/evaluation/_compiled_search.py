@@ -41,6 +41,12 @@ SPREAD = 3.0
 # Tiles of a self-search on several threads whose products are computed back to back
 # before any of them is offered (see _tiles_at_once).
 TILES_AT_ONCE = 4
+# A separate search computes and offers each tile in blocks of at most this many rows and
+# columns, whose scores stay in cache from the product to the top-k (a whole tile of 16 MiB
+# does not): 4-6% less time at n=20,000 to 50,000, k=100. A self-search keeps whole tiles,
+# for which blocks took 7% more time (each block reloads its columns' bounds).
+BLOCK_ROWS = 512
+BLOCK_COLUMNS = 1024
 
 
 def sample_first(num_ref: int, side: int) -> torch.Tensor | None:
@@ -112,15 +118,22 @@ class _Walk:
         self.scorer, self.state, self.rank, self.side = scorer, state, rank, side
         self.symmetric, self.skip_diagonal = diagonal
         self.num_ref = num_ref
+        self.in_blocks = not self.symmetric
 
     def buffers(self, count: int) -> list[torch.Tensor]:
-        """``count`` buffers that each hold a tile's products."""
-        area = min(self.side, self.state.num_rows) * min(self.side, self.num_ref)
+        """``count`` buffers that each hold a tile's products (a block's, in blocks)."""
+        height = min(self.side, self.state.num_rows)
+        if self.in_blocks:
+            height = min(height, BLOCK_ROWS)
+        area = height * min(self.side, self.num_ref)
         return [torch.empty(area, dtype=torch.float32) for _ in range(count)]
 
     def offer(self, tiles: list[tuple[slice, slice]], buffers: list[torch.Tensor]) -> None:
-        """Offer ``tiles`` in order, computing one product per buffer at a time."""
+        """Offer ``tiles`` in order, computing one product per buffer at a time (a separate
+        search's in blocks)."""
         at_once = len(buffers)
+        if self.in_blocks:
+            tiles = [block for tile in tiles for block in self._blocks(*tile)]
         for first in range(0, len(tiles), at_once):
             batch = tiles[first : first + at_once]
             products = [
@@ -130,9 +143,21 @@ class _Walk:
             for (rows, cols), scores in zip(batch, products):
                 self._offer_tile(rows.start, cols.start, scores)
 
+    def _blocks(self, rows: slice, cols: slice) -> list[tuple[slice, slice]]:
+        """The blocks of the tile ``rows`` x ``cols``, row block by row block; those of the
+        sample span its whole width, so that each row's first bound sees all of it."""
+        sample = cols.start == 0 and self.rank is not None
+        width = cols.stop - cols.start if sample else BLOCK_COLUMNS
+        return [
+            (slice(r, min(r + BLOCK_ROWS, rows.stop)), slice(c, min(c + width, cols.stop)))
+            for r in range(rows.start, rows.stop, BLOCK_ROWS)
+            for c in range(cols.start, cols.stop, width)
+        ]
+
     def _offer_tile(self, r0: int, c0: int, scores: torch.Tensor) -> None:
-        if self.skip_diagonal and c0 == r0:
-            scores.diagonal().fill_(torch.inf)
+        """Offer the scores of rows ``r0...`` and columns ``c0...``, a tile or a block."""
+        if self.skip_diagonal and r0 < c0 + scores.shape[1] and c0 < r0 + scores.shape[0]:
+            scores.diagonal(offset=r0 - c0).fill_(torch.inf)
         if c0 == 0 and self.rank is not None:  # the sample: the rows' first bounds
             rows = slice(r0, r0 + len(scores))
             self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
