@@ -14,7 +14,8 @@ slower when the sample misleads). Candidates are renamed to the original referen
 before the final sort, so ties are ordered by original index.
 A self-search on several threads computes the products of a few tiles before offering
 them (see :func:`_tiles_at_once`); a separate search on several threads gives each thread
-whole row blocks, products included, with PyTorch on one thread meanwhile.
+whole row blocks, products included, with PyTorch on one thread meanwhile. A separate
+search computes and offers each tile in blocks that stay in cache.
 Self-search walks only the tiles on and below the diagonal, row block by row block from
 the sample's: each tile feeds its rows and, through its columns, the rows of its column
 block, whose bounds their own first tile has already set.
