@@ -180,20 +180,22 @@ def compiled_everywhere(monkeypatch):
     mode=st.sampled_from(["none", "is", "separate", "drop self"]),
     spread=st.sampled_from([3.0, -100.0]),
     buffer_rows=st.sampled_from([20, 2048]),
-    at_once=st.sampled_from([1, 3]),
+    threads=st.sampled_from([1, 2]),
     blocks=st.sampled_from([(512, 1024), (8, 12)]),
 )
 def test_compiled_search_equals_brute_force(
-    problem, distance_index, mode, spread, buffer_rows, at_once, blocks
+    problem, distance_index, mode, spread, buffer_rows, threads, blocks
 ) -> None:
     """Self and separate search, with ties and duplicate points; spread -100 makes most
     sampled bounds too low, so those rows are searched again whole. "drop self" leaves each
     row's own index out (ref_includes_query). Buffers of 20 rows split the 32-row tiles,
-    so self-search feeds rows and columns apart; with 2048 it feeds both at once. Products
-    are computed one tile or three tiles at a time; a separate search's in blocks of
-    ``blocks`` rows and columns (8 x 12 cuts the 32-square tiles unevenly)."""
+    so self-search feeds rows and columns apart; with 2048 it feeds both at once. On two
+    threads the walks split their tiles between the threads. A separate search computes
+    its tiles in blocks of ``blocks`` rows and columns (8 x 12 cuts the 32-square tiles
+    unevenly)."""
+    before = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(search_module, "_tiles_at_once", lambda symmetric, threads: at_once)
+        torch.set_num_threads(threads)
         patch.setattr(search_module, "BLOCK_ROWS", blocks[0])
         patch.setattr(search_module, "BLOCK_COLUMNS", blocks[1])
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
@@ -211,7 +213,10 @@ def test_compiled_search_equals_brute_force(
         if k == 0:
             return
         reference_arg = None if mode in ("none", "drop self") else reference
-        values, indices = CustomKNN(distance)(query, k, reference_arg, drop)
+        try:
+            values, indices = CustomKNN(distance)(query, k, reference_arg, drop)
+        finally:
+            torch.set_num_threads(before)
     table = brute_force_values(query, reference, distance)
     if drop:
         assert not (indices == torch.arange(len(query)).unsqueeze(1)).any()
@@ -229,41 +234,136 @@ def _assert_near_top_k(values, indices, table, k, largest):
     assert all(len(set(row)) == k for row in indices.tolist())
 
 
-def test_a_threaded_self_search_computes_tiles_in_batches() -> None:
-    assert search_module._tiles_at_once(symmetric=True, threads=2) == search_module.TILES_AT_ONCE
-    assert search_module._tiles_at_once(symmetric=True, threads=1) == 1
-    assert search_module._tiles_at_once(symmetric=False, threads=2) == 1
+@pytest.fixture()
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
 
-def test_batched_tiles_set_each_rows_bound_before_feeding_it(compiled_everywhere, monkeypatch):
-    """With several tiles computed before any is offered, the sample tile of a row block
-    still sets its rows' bounds before any candidate reaches them."""
-    monkeypatch.setattr(search_module, "_tiles_at_once", lambda symmetric, threads: 5)
+def test_parallel_tiles_set_each_rows_bound_before_feeding_it(
+    compiled_everywhere, monkeypatch, two_threads
+):
+    """On two threads, the sample tile of a row block still sets its rows' bounds before
+    any candidate reaches them, and no two threads feed the same row block at once."""
     x = torch.randn(200, 8, generator=torch.Generator().manual_seed(8))
-    events = []
+    events, feeding = [], []
+    lock = threading.Lock()
     state_type = _compiled_topk.CompiledTopK
-    original = {
-        name: getattr(state_type, name) for name in ("kth_smallest", "push_rows", "push_both")
-    }
+    original = {name: getattr(state_type, name) for name in ("push_rows", "push_both")}
 
     def spy(name):
-        def call(self, *args):
-            if name != "kth_smallest":
-                first_row, scores, first_column = args
-                events.append(("rows", first_row, bool(np.isinf(self.bound[first_row]))))
-                if name == "push_both":
-                    events.append(("rows", first_column, bool(np.isinf(self.bound[first_column]))))
-            return original[name](self, *args)
+        def call(self, first_row, scores, first_column):
+            blocks = {first_row} if name == "push_rows" else {first_row, first_column}
+            me = threading.get_ident()
+            with lock:  # push_both may call push_rows itself, on its own thread
+                others = {block for block, thread in feeding if thread != me}
+                assert not blocks & others, "two threads feed one row block"
+                feeding.extend((block, me) for block in blocks)
+                events.extend(bool(np.isinf(self.bound[row])) for row in blocks)
+            try:
+                return original[name](self, first_row, scores, first_column)
+            finally:
+                with lock:
+                    for block in blocks:
+                        feeding.remove((block, me))
 
         return call
 
     for name in original:
         monkeypatch.setattr(state_type, name, spy(name))
+    walked = []
+    original_walk = search_module._walk_tiles_in_parallel
+    monkeypatch.setattr(
+        search_module,
+        "_walk_tiles_in_parallel",
+        lambda *args: walked.append(1) or original_walk(*args),
+    )
     values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 4, None, True)
-    assert events and not any(unbounded for _, _, unbounded in events)
+    assert walked and events and not any(events)
     table = torch.cdist(x.double(), x.double()).numpy() ** 2
     np.fill_diagonal(table, np.inf)
     _assert_near_top_k(values.numpy(), indices.numpy(), table, 4, False)
+
+
+def test_a_threaded_self_search_computes_every_tile_once_on_one_torch_thread(
+    compiled_everywhere, monkeypatch, two_threads
+) -> None:
+    x = torch.randn(150, 8, generator=torch.Generator().manual_seed(14))
+    tiles, inside = [], []
+    original_tile = SquaredEuclidean.tile
+
+    def tile(self, rows, cols, out):
+        tiles.append((rows.start, cols.start))
+        inside.append((threading.get_ident(), torch.get_num_threads()))
+        return original_tile(self, rows, cols, out)
+
+    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 6)
+    assert torch.get_num_threads() == 2
+    # five row blocks of 32: the 15 tiles on and below the diagonal, once each
+    assert sorted(tiles) == [(r, c) for r in range(0, 150, 32) for c in range(0, r + 1, 32)]
+    assert {threads for _, threads in inside} == {1}
+    table = torch.cdist(x.double(), x.double()).numpy() ** 2
+    _assert_near_top_k(values.numpy(), indices.numpy(), table, 6, False)
+
+
+def test_an_error_in_one_thread_stops_the_parallel_walk(
+    compiled_everywhere, monkeypatch, two_threads
+) -> None:
+    """A failing tile ends the search with its error; the other thread stops too, and
+    PyTorch's thread count is restored."""
+    x = torch.randn(150, 8, generator=torch.Generator().manual_seed(15))
+    original_tile = SquaredEuclidean.tile
+
+    def tile(self, rows, cols, out):
+        if (rows.start, cols.start) == (64, 32):
+            raise MemoryError("injected")
+        return original_tile(self, rows, cols, out)
+
+    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    outcome = []
+
+    def search():
+        try:
+            CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 6)
+        except MemoryError as error:
+            outcome.append(error)
+
+    runner = threading.Thread(target=search, daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the walk hung after a thread failed"
+    assert len(outcome) == 1 and "injected" in str(outcome[0])
+    assert torch.get_num_threads() == 2
+
+
+def test_the_schedule_hands_out_tiles_whose_blocks_are_free_and_bounded() -> None:
+    tiles = search_module._tiles(range(0, 96, 32), (96, 96), 32, True)
+    walk = SimpleNamespace(rank=3, is_sample=lambda c0: c0 == 0)
+    schedule = search_module._Schedule(tiles, walk)
+    tile = schedule.take()
+    assert (tile[0].start, tile[1].start) == (0, 0)
+    blocked = [t for t in tiles if t != tile]
+    assert not any(schedule._ready(*t) for t in blocked)  # block 0 busy, nothing bounded
+    schedule.done(tile)
+    one = schedule.take()
+    assert (one[0].start, one[1].start) == (32, 0)  # (32, 32) waits for block 32's bounds
+    assert not schedule._ready(*tiles[2]) and not schedule._ready(*tiles[3])
+    schedule.done(one)
+    taken = [schedule.take(), schedule.take()]
+    assert [(t[0].start, t[1].start) for t in taken] == [(32, 32), (64, 0)]
+    for t in taken:
+        schedule.done(t)
+    rest = [schedule.take()]
+    assert (rest[0][0].start, rest[0][1].start) == (64, 32)
+    assert not schedule._ready(*tiles[-1])  # (64, 64): block 64 is being fed
+    schedule.done(rest[0])
+    last = schedule.take()
+    assert (last[0].start, last[1].start) == (64, 64)
+    schedule.done(last)
+    assert schedule.take() is None
 
 
 def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
@@ -330,14 +430,14 @@ def test_separate_searches_compute_tiles_in_blocks(compiled_everywhere, monkeypa
 
 def test_tile_buffers_hold_no_more_than_a_tile_of_this_search(compiled_everywhere, monkeypatch):
     sizes = []
-    original = search_module._Walk.buffers
+    original = search_module._Walk.buffer
 
-    def buffers(self, count):
-        made = original(self, count)
-        sizes.extend(len(buffer) for buffer in made)
+    def buffer(self):
+        made = original(self)
+        sizes.append(len(made))
         return made
 
-    monkeypatch.setattr(search_module._Walk, "buffers", buffers)
+    monkeypatch.setattr(search_module._Walk, "buffer", buffer)
     query = torch.randn(40, 4, generator=torch.Generator().manual_seed(11))
     reference = torch.randn(10, 4, generator=torch.Generator().manual_seed(12))
     CustomKNN(LpDistance(normalize_embeddings=False, power=2))(query, 3, reference)

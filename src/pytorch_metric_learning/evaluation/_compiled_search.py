@@ -12,10 +12,11 @@ keeps only scores below each row's bound (and tightens it as candidates accumula
 is searched again over its whole row, so the result is exact whatever the data (and only
 slower when the sample misleads). Candidates are renamed to the original reference rows
 before the final sort, so ties are ordered by original index.
-A self-search on several threads computes the products of a few tiles before offering
-them (see :func:`_tiles_at_once`); a separate search on several threads gives each thread
-whole row blocks, products included, with PyTorch on one thread meanwhile. A separate
-search computes and offers each tile in blocks that stay in cache.
+On several threads, each thread computes and offers whole tiles alone, with PyTorch on
+one thread meanwhile: a separate search gives each thread whole row blocks, a self-search
+gives it tiles whose two row blocks no other thread is feeding (see
+:func:`_walk_tiles_in_parallel`). A separate search computes and offers each tile in
+blocks that stay in cache.
 Self-search walks only the tiles on and below the diagonal, row block by row block from
 the sample's: each tile feeds its rows and, through its columns, the rows of its column
 block, whose bounds their own first tile has already set.
@@ -39,9 +40,6 @@ __all__ = ["sample_first", "search_compiled"]
 
 # Standard deviations added to the expected sampled rank of the k-th score.
 SPREAD = 3.0
-# Tiles of a self-search on several threads whose products are computed back to back
-# before any of them is offered (see _tiles_at_once).
-TILES_AT_ONCE = 4
 # A separate search computes and offers each tile in blocks of at most this many rows and
 # columns, whose scores stay in cache from the product to the top-k (a whole tile of 16 MiB
 # does not): 4-6% less time at n=20,000 to 50,000, k=100. A self-search keeps whole tiles,
@@ -85,9 +83,10 @@ def search_compiled(
     state = CompiledTopK(num_query, k)
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
     walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal), num_ref)
-    if symmetric or state.threads == 1 or num_query <= side:
-        tiles = _tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric)
-        walk.offer(tiles, walk.buffers(min(len(tiles), _tiles_at_once(symmetric, state.threads))))
+    if state.threads == 1 or num_query <= side:
+        walk.offer(_tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric))
+    elif symmetric:
+        _walk_tiles_in_parallel(walk, (num_query, num_ref))
     else:
         _walk_row_blocks_in_parallel(walk, (num_query, num_ref))
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
@@ -121,28 +120,27 @@ class _Walk:
         self.num_ref = num_ref
         self.in_blocks = not self.symmetric
 
-    def buffers(self, count: int) -> list[torch.Tensor]:
-        """``count`` buffers that each hold a tile's products (a block's, in blocks)."""
+    def buffer(self) -> torch.Tensor:
+        """A buffer that holds a tile's products (a block's, in blocks)."""
         height = min(self.side, self.state.num_rows)
         if self.in_blocks:
             height = min(height, BLOCK_ROWS)
-        area = height * min(self.side, self.num_ref)
-        return [torch.empty(area, dtype=torch.float32) for _ in range(count)]
+        return torch.empty(height * min(self.side, self.num_ref), dtype=torch.float32)
 
-    def offer(self, tiles: list[tuple[slice, slice]], buffers: list[torch.Tensor]) -> None:
-        """Offer ``tiles`` in order, computing one product per buffer at a time (a separate
-        search's in blocks)."""
-        at_once = len(buffers)
+    def offer(self, tiles: list[tuple[slice, slice]], buffer: torch.Tensor | None = None) -> None:
+        """Compute and offer ``tiles`` in order (a separate search's in blocks)."""
+        buffer = self.buffer() if buffer is None else buffer
         if self.in_blocks:
             tiles = [block for tile in tiles for block in self._blocks(*tile)]
-        for first in range(0, len(tiles), at_once):
-            batch = tiles[first : first + at_once]
-            products = [
-                self.scorer.tile(rows, cols, out[: _area(rows, cols)].view(_height(rows), -1))
-                for (rows, cols), out in zip(batch, buffers)
-            ]
-            for (rows, cols), scores in zip(batch, products):
-                self._offer_tile(rows.start, cols.start, scores)
+        for rows, cols in tiles:
+            scores = self.product(rows, cols, buffer)
+            self.prepare(rows.start, cols.start, scores)
+            self.push(rows.start, cols.start, scores)
+
+    def product(self, rows: slice, cols: slice, buffer: torch.Tensor) -> torch.Tensor:
+        """The scores of ``rows`` x ``cols``, computed into ``buffer``."""
+        out = buffer[: _height(rows) * (cols.stop - cols.start)].view(_height(rows), -1)
+        return self.scorer.tile(rows, cols, out)
 
     def _blocks(self, rows: slice, cols: slice) -> list[tuple[slice, slice]]:
         """The blocks of the tile ``rows`` x ``cols``, row block by row block; those of the
@@ -155,13 +153,22 @@ class _Walk:
             for c in range(cols.start, cols.stop, width)
         ]
 
-    def _offer_tile(self, r0: int, c0: int, scores: torch.Tensor) -> None:
-        """Offer the scores of rows ``r0...`` and columns ``c0...``, a tile or a block."""
+    def prepare(self, r0: int, c0: int, scores: torch.Tensor) -> None:
+        """Leave out the diagonal of a self-search's scores; from the sample's, set the
+        first bounds of their rows."""
         if self.skip_diagonal and r0 < c0 + scores.shape[1] and c0 < r0 + scores.shape[0]:
             scores.diagonal(offset=r0 - c0).fill_(torch.inf)
-        if c0 == 0 and self.rank is not None:  # the sample: the rows' first bounds
+        if c0 == 0 and self.rank is not None:  # the sample
             rows = slice(r0, r0 + len(scores))
             self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
+
+    def is_sample(self, c0: int) -> bool:
+        """Whether scores from column ``c0`` on are the sample's (or a block of it)."""
+        return c0 == 0 and self.rank is not None
+
+    def push(self, r0: int, c0: int, scores: torch.Tensor) -> None:
+        """Offer prepared scores to their rows and, below the diagonal tiles of a
+        symmetric walk, to their columns' rows."""
         if self.symmetric and c0 != r0:
             self.state.push_both(r0, scores, c0)
         else:
@@ -187,7 +194,7 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
 
     The row blocks of a separate search feed different rows, so the threads never wait
     for one another, and no OpenMP worker spins on a core between products (see
-    :func:`_tiles_at_once`).
+    :func:`_walk_tiles_in_parallel`).
     """
     num_query = size[0]
     threads = walk.state.threads
@@ -195,13 +202,13 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
     lock = threading.Lock()
 
     def work(part: int) -> None:
-        buffers = walk.buffers(1)
+        buffer = walk.buffer()
         while True:
             with lock:
                 r0 = next(blocks, None)
             if r0 is None:
                 return
-            walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), buffers)
+            walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), buffer)
 
     walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
     try:
@@ -209,6 +216,93 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
             _in_parts(work, min(threads, -(-num_query // walk.side)))
     finally:
         walk.state.threads = threads
+
+
+def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
+    """A self-search on several threads: each thread takes the first tile left whose two
+    row blocks no other thread is feeding, and computes and offers it alone, with PyTorch
+    on one thread meanwhile, until none is left.
+
+    A row block's sample tile sets its rows' first bounds before any candidate reaches
+    them: the block's other tiles, and the tiles that feed it through their columns, are
+    taken after it. The threads wait for one another only then and at the last tiles.
+
+    After a product on several threads, PyTorch's OpenMP workers keep spinning for more
+    work for a while (libgomp's default wait policy), on the cores that the top-k then
+    needs; products on one thread each leave no worker to spin.
+    """
+    starts = range(0, size[0], walk.side)
+    schedule = _Schedule(_tiles(starts, size, walk.side, True), walk)
+
+    def work(part: int) -> None:
+        buffer = walk.buffer()
+        try:
+            while (tile := schedule.take()) is not None:
+                rows, cols = tile
+                scores = walk.product(rows, cols, buffer)
+                walk.prepare(rows.start, cols.start, scores)
+                walk.push(rows.start, cols.start, scores)
+                schedule.done(tile)
+        except BaseException:
+            schedule.stop()  # the other threads stop at their next tile
+            raise
+
+    threads = walk.state.threads
+    walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
+    try:
+        with _one_torch_thread():
+            _in_parts(work, threads)
+    finally:
+        walk.state.threads = threads
+
+
+class _Schedule:
+    """Hands out the tiles of a symmetric walk to threads, so that no two threads feed
+    the same row block at once and no row is fed before its sample has set its bounds."""
+
+    def __init__(self, tiles: list[tuple[slice, slice]], walk: _Walk) -> None:
+        self._pending = tiles
+        self._walk = walk
+        self._busy: set[int] = set()  # row blocks (by first row) being fed
+        # Row blocks whose rows have their first bounds (all of them without a sample).
+        self._bounded = {rows.start for rows, _ in tiles if walk.rank is None}
+        self._stopped = False
+        self._condition = threading.Condition()
+
+    def take(self) -> tuple[slice, slice] | None:
+        """The first tile left that may be fed now, waiting for one; None when all are
+        taken or the walk was stopped."""
+        with self._condition:
+            while self._pending and not self._stopped:
+                tile = next((tile for tile in self._pending if self._ready(*tile)), None)
+                if tile is not None:
+                    self._pending.remove(tile)
+                    self._busy.update((tile[0].start, tile[1].start))
+                    return tile
+                self._condition.wait()
+            return None
+
+    def done(self, tile: tuple[slice, slice]) -> None:
+        """Free the tile's row blocks; its rows have their first bounds now."""
+        rows, cols = tile
+        with self._condition:
+            self._busy.difference_update((rows.start, cols.start))
+            self._bounded.add(rows.start)
+            self._condition.notify_all()
+
+    def stop(self) -> None:
+        with self._condition:
+            self._stopped = True
+            self._condition.notify_all()
+
+    def _ready(self, rows: slice, cols: slice) -> bool:
+        """Whether neither row block is being fed and both have their first bounds (or
+        this is the sample tile that sets the rows' bounds)."""
+        if rows.start in self._busy or cols.start in self._busy:
+            return False
+        if self._walk.is_sample(cols.start):
+            return rows.start == cols.start or cols.start in self._bounded
+        return rows.start in self._bounded and cols.start in self._bounded
 
 
 # Searches inside _one_torch_thread, and the thread count to restore when the last ends.
@@ -232,22 +326,6 @@ def _one_torch_thread() -> Iterator[None]:
             _limits["active"] -= 1
             if _limits["active"] == 0:
                 torch.set_num_threads(_limits["restore"])
-
-
-def _tiles_at_once(symmetric: bool, threads: int) -> int:
-    """How many tiles' products to compute before offering them.
-
-    After each product, PyTorch's OpenMP workers keep spinning for more work for a while
-    (libgomp's default wait policy), on the cores that the top-k threads then need. A
-    self-search on several threads, whose tiles feed both their rows and their columns,
-    computes ``TILES_AT_ONCE`` of them in a row, so that the spin overlaps one tile's
-    top-k in four; with one thread there are no workers to spin.
-    """
-    return TILES_AT_ONCE if symmetric and threads > 1 else 1
-
-
-def _area(rows: slice, cols: slice) -> int:
-    return _height(rows) * (cols.stop - cols.start)
 
 
 def _height(rows: slice) -> int:
