@@ -339,31 +339,71 @@ def test_an_error_in_one_thread_stops_the_parallel_walk(
     assert torch.get_num_threads() == 2
 
 
-def test_the_schedule_hands_out_tiles_whose_blocks_are_free_and_bounded() -> None:
+def _take_soon(schedule, timeout=10.0):
+    """``schedule.take()`` in a thread; fails instead of hanging if it does not return."""
+    taken = []
+    taker = threading.Thread(target=lambda: taken.append(schedule.take()), daemon=True)
+    taker.start()
+    taker.join(timeout)
+    assert not taker.is_alive(), "take() did not return"
+    return taken[0]
+
+
+def _start(tile):
+    return tile[0].start, tile[1].start
+
+
+def test_the_schedule_hands_out_tiles_whose_rows_have_bounds_free_blocks_first() -> None:
     tiles = search_module._tiles(range(0, 96, 32), (96, 96), 32, True)
     walk = SimpleNamespace(rank=3, is_sample=lambda c0: c0 == 0)
-    schedule = search_module._Schedule(tiles, walk)
-    tile = schedule.take()
-    assert (tile[0].start, tile[1].start) == (0, 0)
-    blocked = [t for t in tiles if t != tile]
-    assert not any(schedule._ready(*t) for t in blocked)  # block 0 busy, nothing bounded
-    schedule.done(tile)
-    one = schedule.take()
-    assert (one[0].start, one[1].start) == (32, 0)  # (32, 32) waits for block 32's bounds
-    assert not schedule._ready(*tiles[2]) and not schedule._ready(*tiles[3])
-    schedule.done(one)
-    taken = [schedule.take(), schedule.take()]
-    assert [(t[0].start, t[1].start) for t in taken] == [(32, 32), (64, 0)]
-    for t in taken:
-        schedule.done(t)
-    rest = [schedule.take()]
-    assert (rest[0][0].start, rest[0][1].start) == (64, 32)
-    assert not schedule._ready(*tiles[-1])  # (64, 64): block 64 is being fed
-    schedule.done(rest[0])
-    last = schedule.take()
-    assert (last[0].start, last[1].start) == (64, 64)
-    schedule.done(last)
-    assert schedule.take() is None
+    schedule = search_module._Schedule(list(tiles), walk)
+    first = _take_soon(schedule)
+    assert _start(first) == (0, 0)
+    waiting = []
+    taker = threading.Thread(target=lambda: waiting.append(schedule.take()), daemon=True)
+    taker.start()  # every other tile needs block 0's bounds: it waits
+    taker.join(timeout=0.2)
+    assert taker.is_alive()
+    with schedule.feeding(first):
+        taker.join(timeout=10)
+    assert _start(waiting[0]) == (32, 0)  # (32, 32) waits for block 32's bounds
+    # (64, 0) is allowed but shares block 0 with the tile held: taken all the same
+    fourth = _take_soon(schedule)
+    assert _start(fourth) == (64, 0)
+    with schedule.feeding(waiting[0]):
+        pass
+    third = _take_soon(schedule)
+    assert _start(third) == (32, 32)  # block 32 bounded now; (64, 0) not fed yet
+    with schedule.feeding(fourth):  # block 64 bounded
+        pass
+    # (64, 32) comes first but shares block 32 with the tile held: (64, 64) is preferred
+    assert _start(_take_soon(schedule)) == (64, 64)
+    assert _start(_take_soon(schedule)) == (64, 32)
+    assert _take_soon(schedule) is None
+
+
+def test_the_schedule_lets_one_thread_at_a_time_feed_a_row_block() -> None:
+    tiles = search_module._tiles(range(0, 96, 32), (96, 96), 32, True)
+    walk = SimpleNamespace(rank=None, is_sample=lambda c0: False)  # no sample to wait for
+    schedule = search_module._Schedule(list(tiles), walk)
+    taken = [_take_soon(schedule) for _ in range(4)]
+    # the three diagonal tiles share no block; then (32, 0) shares blocks 0 and 32
+    assert [_start(tile) for tile in taken] == [(0, 0), (32, 32), (64, 64), (32, 0)]
+    fed = []
+
+    def feed():
+        with schedule.feeding(taken[3]):
+            fed.append(1)
+
+    with schedule.feeding(taken[0]):
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        feeder.join(timeout=0.2)
+        assert feeder.is_alive() and not fed  # block 0 is being fed
+        with schedule.feeding(taken[2]):  # block 64 is not: no wait
+            pass
+    feeder.join(timeout=10)
+    assert fed == [1]
 
 
 def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(

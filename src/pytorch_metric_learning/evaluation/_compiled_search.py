@@ -219,13 +219,14 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
 
 
 def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
-    """A self-search on several threads: each thread takes the first tile left whose two
-    row blocks no other thread is feeding, and computes and offers it alone, with PyTorch
-    on one thread meanwhile, until none is left.
+    """A self-search on several threads: each thread takes a tile (one whose row blocks no
+    other thread holds, if there is one) and computes and offers it alone, with PyTorch on
+    one thread meanwhile, until none is left.
 
+    Two threads never feed one row block at once: the second waits for the first's push.
     A row block's sample tile sets its rows' first bounds before any candidate reaches
     them: the block's other tiles, and the tiles that feed it through their columns, are
-    taken after it. The threads wait for one another only then and at the last tiles.
+    handed out after that.
 
     After a product on several threads, PyTorch's OpenMP workers keep spinning for more
     work for a while (libgomp's default wait policy), on the cores that the top-k then
@@ -241,8 +242,8 @@ def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
                 rows, cols = tile
                 scores = walk.product(rows, cols, buffer)
                 walk.prepare(rows.start, cols.start, scores)
-                walk.push(rows.start, cols.start, scores)
-                schedule.done(tile)
+                with schedule.feeding(tile):
+                    walk.push(rows.start, cols.start, scores)
         except BaseException:
             schedule.stop()  # the other threads stop at their next tile
             raise
@@ -257,52 +258,74 @@ def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
 
 
 class _Schedule:
-    """Hands out the tiles of a symmetric walk to threads, so that no two threads feed
-    the same row block at once and no row is fed before its sample has set its bounds."""
+    """Hands out the tiles of a symmetric walk to threads: no row is fed before its
+    sample tile has set its bounds, and no two threads feed one row block at once."""
 
     def __init__(self, tiles: list[tuple[slice, slice]], walk: _Walk) -> None:
         self._pending = tiles
         self._walk = walk
-        self._busy: set[int] = set()  # row blocks (by first row) being fed
+        self._held: list[int] = []  # the row blocks of the tiles taken and not yet fed
+        self._feeding: set[int] = set()  # row blocks being fed
         # Row blocks whose rows have their first bounds (all of them without a sample).
         self._bounded = {rows.start for rows, _ in tiles if walk.rank is None}
         self._stopped = False
         self._condition = threading.Condition()
 
     def take(self) -> tuple[slice, slice] | None:
-        """The first tile left that may be fed now, waiting for one; None when all are
-        taken or the walk was stopped."""
+        """The first tile left whose rows have their first bounds, preferring one whose
+        row blocks no other thread holds; waits for one. None when all are taken or the
+        walk was stopped."""
         with self._condition:
             while self._pending and not self._stopped:
-                tile = next((tile for tile in self._pending if self._ready(*tile)), None)
+                allowed = [tile for tile in self._pending if self._bounds_set(*tile)]
+                free = (tile for tile in allowed if not self._held_by_others(tile))
+                tile = next(free, allowed[0] if allowed else None)
                 if tile is not None:
                     self._pending.remove(tile)
-                    self._busy.update((tile[0].start, tile[1].start))
+                    self._held.extend(_blocks_of(tile))
                     return tile
                 self._condition.wait()
             return None
 
-    def done(self, tile: tuple[slice, slice]) -> None:
-        """Free the tile's row blocks; its rows have their first bounds now."""
-        rows, cols = tile
+    @contextlib.contextmanager
+    def feeding(self, tile: tuple[slice, slice]) -> Iterator[None]:
+        """Wait until no other thread feeds the tile's row blocks, then hold them while
+        the block runs; the tile's rows have their first bounds by then."""
+        blocks = _blocks_of(tile)
         with self._condition:
-            self._busy.difference_update((rows.start, cols.start))
-            self._bounded.add(rows.start)
+            self._condition.wait_for(lambda: not self._feeding.intersection(blocks))
+            self._feeding.update(blocks)
+            self._bounded.add(tile[0].start)  # set by the sample tile before it is fed
             self._condition.notify_all()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._feeding.difference_update(blocks)
+                for block in blocks:
+                    self._held.remove(block)
+                self._condition.notify_all()
 
     def stop(self) -> None:
         with self._condition:
             self._stopped = True
             self._condition.notify_all()
 
-    def _ready(self, rows: slice, cols: slice) -> bool:
-        """Whether neither row block is being fed and both have their first bounds (or
-        this is the sample tile that sets the rows' bounds)."""
-        if rows.start in self._busy or cols.start in self._busy:
-            return False
+    def _bounds_set(self, rows: slice, cols: slice) -> bool:
+        """Whether both row blocks have their first bounds, or this is the sample tile
+        that sets the rows' bounds (and its columns' rows have theirs)."""
         if self._walk.is_sample(cols.start):
             return rows.start == cols.start or cols.start in self._bounded
         return rows.start in self._bounded and cols.start in self._bounded
+
+    def _held_by_others(self, tile: tuple[slice, slice]) -> bool:
+        return any(block in self._held for block in _blocks_of(tile))
+
+
+def _blocks_of(tile: tuple[slice, slice]) -> tuple[int, ...]:
+    """The row blocks (by first row) that a tile of a symmetric walk feeds."""
+    rows, cols = tile
+    return (rows.start,) if rows.start == cols.start else (rows.start, cols.start)
 
 
 # Searches inside _one_torch_thread, and the thread count to restore when the last ends.
