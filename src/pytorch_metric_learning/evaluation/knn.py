@@ -50,9 +50,11 @@ SYMMETRIC_ROWS_PER_CANDIDATE = 500
 COMPILED_MIN_PAIRS = 2**22
 # Loading it costs about a second, once per process (the first compilation ever, a few
 # seconds, is then cached on disk): the searches of a process use it once their pairs, the
-# current search's included, reach this many. The first search of 23,000 rows loads it; a
-# process that searches 16,000 rows every epoch loads it in its third.
-COMPILED_LOAD_PAIRS = 2**29
+# current search's included, reach this many. The first search of 16,384 rows loads it (at
+# that size the first call takes about 0.1 s more than on the PyTorch paths, at 20,000
+# 0.3 s less, and every later call about a second less); a process that searches 10,000
+# rows every epoch loads it in its third.
+COMPILED_LOAD_PAIRS = 2**28
 # Side of the square tiles of the compiled search.
 COMPILED_TILE = 2048
 
