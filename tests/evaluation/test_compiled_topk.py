@@ -566,6 +566,22 @@ def test_numba_loads_once_the_searches_of_the_process_pay_for_it(monkeypatch) ->
     assert calls == [(200, 200, 3), (100, 100, 3)]
 
 
+def test_searches_for_many_neighbours_count_twice_toward_loading_numba(monkeypatch) -> None:
+    calls = _spy_on_compiled_searches(monkeypatch)
+    monkeypatch.setattr(_compiled_topk, "_used", False)
+    monkeypatch.setattr(knn_module, "_cold_pairs", 0)
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 100 * 100)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 2 * 200 * 200)
+    monkeypatch.setattr(knn_module, "LARGE_K", 10)
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    x = torch.randn(200, 4)
+    knn(x, 9)  # 200 * 200 pairs, counted once
+    assert calls == [] and not _compiled_topk.loaded()
+    monkeypatch.setattr(knn_module, "_cold_pairs", 0)
+    knn(x, 10)  # counted twice: loads now
+    assert calls == [(200, 200, 10)] and _compiled_topk.loaded()
+
+
 def test_a_small_first_search_does_not_import_numba() -> None:
     code = (
         "import sys, torch\n"

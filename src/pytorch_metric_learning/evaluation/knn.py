@@ -50,11 +50,15 @@ SYMMETRIC_ROWS_PER_CANDIDATE = 500
 COMPILED_MIN_PAIRS = 2**22
 # Loading it costs about a second, once per process (the first compilation ever, a few
 # seconds, is then cached on disk): the searches of a process use it once their pairs, the
-# current search's included, reach this many. The first search of 16,384 rows loads it (at
-# that size the first call takes about 0.1 s more than on the PyTorch paths, at 20,000
-# 0.3 s less, and every later call about a second less); a process that searches 10,000
-# rows every epoch loads it in its third.
-COMPILED_LOAD_PAIRS = 2**28
+# current search's included, reach this many, those for LARGE_K neighbours or more counted
+# twice (the compiled loops save the most there). The first search of 23,000 rows loads
+# it, or of 16,384 rows for k >= LARGE_K; a process that searches 16,000 rows every epoch
+# loads it in its third search, or its second for k >= LARGE_K. Measured at 20,000 rows:
+# loading in the first search made it 0.3 s faster at k = 230 but 0.5 s slower at k = 30,
+# where the PyTorch paths are already quick; at 16,384 rows and k = 190, 0.1 s slower,
+# with every later search about a second faster.
+COMPILED_LOAD_PAIRS = 2**29
+LARGE_K = 100
 # Side of the square tiles of the compiled search.
 COMPILED_TILE = 2048
 
@@ -153,7 +157,7 @@ class CustomKNN:
         if _scorer_kind(self.distance) is None:
             return (*self._search_generic(query, reference, k), False)
         tile = self._tile(len(reference), query.element_size())
-        compiled = self._compiled_pays(query, reference)
+        compiled = self._compiled_pays(query, reference, k)
         symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
         size = (len(query), len(reference), k - 1 if drop_self else k)
         if compiled:
@@ -212,7 +216,7 @@ class CustomKNN:
             values[block], indices[block] = topk(scores, k, largest=False)
         return scorer.finish(values), indices
 
-    def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor) -> bool:
+    def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor, k: int) -> bool:
         """Whether the compiled top-k serves this search (large float32 CPU searches)."""
         pairs = len(query) * len(reference)
         return (
@@ -222,7 +226,7 @@ class CustomKNN:
             and reference.dtype == torch.float32
             and pairs >= COMPILED_MIN_PAIRS
             and len(reference) < 2**31  # its candidates' indices are int32
-            and _compiled_loads(pairs)
+            and _compiled_loads(pairs * 2 if k >= LARGE_K else pairs)
         )
 
     def _rows(self, num_reference: int, element_size: int, grow: bool = False) -> int:
@@ -335,7 +339,8 @@ _cold_pairs = 0  # pairs of the searches that could have run compiled before it 
 
 
 def _compiled_loads(pairs: int) -> bool:
-    """Whether the compiled top-k is loaded, or worth loading now (numba imported only then)."""
+    """Whether the compiled top-k is loaded, or worth loading now (numba imported only then);
+    ``pairs`` is this search's count toward ``COMPILED_LOAD_PAIRS``."""
     global _cold_pairs
     if _compiled_topk.loaded():
         return True
