@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -145,8 +145,7 @@ class _Walk:
     def _blocks(self, rows: slice, cols: slice) -> list[tuple[slice, slice]]:
         """The blocks of the tile ``rows`` x ``cols``, row block by row block; those of the
         sample span its whole width, so that each row's first bound sees all of it."""
-        sample = cols.start == 0 and self.rank is not None
-        width = cols.stop - cols.start if sample else BLOCK_COLUMNS
+        width = cols.stop - cols.start if self.is_sample(cols.start) else BLOCK_COLUMNS
         return [
             (slice(r, min(r + BLOCK_ROWS, rows.stop)), slice(c, min(c + width, cols.stop)))
             for r in range(rows.start, rows.stop, BLOCK_ROWS)
@@ -197,7 +196,6 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
     :func:`_walk_tiles_in_parallel`).
     """
     num_query = size[0]
-    threads = walk.state.threads
     blocks = iter(range(0, num_query, walk.side))
     lock = threading.Lock()
 
@@ -210,12 +208,7 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
                 return
             walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), buffer)
 
-    walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
-    try:
-        with _one_torch_thread():
-            _in_parts(work, min(threads, -(-num_query // walk.side)))
-    finally:
-        walk.state.threads = threads
+    _alone_on_threads(walk, work, min(walk.state.threads, -(-num_query // walk.side)))
 
 
 def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
@@ -248,11 +241,17 @@ def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
             schedule.stop()  # the other threads stop at their next tile
             raise
 
+    _alone_on_threads(walk, work, walk.state.threads)
+
+
+def _alone_on_threads(walk: _Walk, work: Callable[[int], None], parts: int) -> None:
+    """``work(part)`` for ``parts`` parts at once, each doing its tiles' products and
+    top-k alone: PyTorch and the walk's top-k on one thread meanwhile."""
     threads = walk.state.threads
     walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
     try:
         with _one_torch_thread():
-            _in_parts(work, threads)
+            _in_parts(work, parts)
     finally:
         walk.state.threads = threads
 
@@ -277,9 +276,7 @@ class _Schedule:
         walk was stopped."""
         with self._condition:
             while self._pending and not self._stopped:
-                allowed = [tile for tile in self._pending if self._bounds_set(*tile)]
-                free = (tile for tile in allowed if not self._held_by_others(tile))
-                tile = next(free, allowed[0] if allowed else None)
+                tile = self._first_allowed()
                 if tile is not None:
                     self._pending.remove(tile)
                     self._held.extend(_blocks_of(tile))
@@ -317,6 +314,17 @@ class _Schedule:
         if self._walk.is_sample(cols.start):
             return rows.start == cols.start or cols.start in self._bounded
         return rows.start in self._bounded and cols.start in self._bounded
+
+    def _first_allowed(self) -> tuple[slice, slice] | None:
+        """The first pending tile whose rows have their bounds and whose row blocks no
+        other thread holds; else the first whose rows have their bounds; else None."""
+        allowed = None
+        for tile in self._pending:
+            if self._bounds_set(*tile):
+                if not self._held_by_others(tile):
+                    return tile
+                allowed = allowed or tile
+        return allowed
 
     def _held_by_others(self, tile: tuple[slice, slice]) -> bool:
         return any(block in self._held for block in _blocks_of(tile))
