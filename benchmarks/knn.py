@@ -94,7 +94,7 @@ def _custom_torch_sep(x: torch.Tensor, k: int) -> None:
 
 @contextlib.contextmanager
 def _compiled_off() -> Iterator[None]:
-    from pytorch_metric_learning.evaluation._compiled_topk import DISABLE_ENV
+    from pytorch_metric_learning.evaluation.search._compiled_topk import DISABLE_ENV
 
     os.environ[DISABLE_ENV] = "1"
     try:
@@ -138,7 +138,7 @@ METHODS = {
 def _load_compiled() -> None:
     """Load the compiled top-k once (about 0.5 s; a few seconds on first use, then cached),
     as a process that searches every epoch does; the warm-up search is too small for it."""
-    from pytorch_metric_learning.evaluation import _compiled_topk
+    from pytorch_metric_learning.evaluation.search import _compiled_topk
 
     if _compiled_topk.available():
         state = _compiled_topk.CompiledTopK(4, 1)

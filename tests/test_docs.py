@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from pytorch_metric_learning.evaluation import registry
+from pytorch_metric_learning.evaluation.search import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<info>[^\n`]*)$")

@@ -14,9 +14,9 @@ import torch  # noqa: E402
 
 from pytorch_metric_learning import plots  # noqa: E402
 from pytorch_metric_learning.evaluation import (
-    _install_hint,  # noqa: E402
     recall_at_false_match_rate,  # noqa: E402
 )
+from pytorch_metric_learning.evaluation.search import _install_hint  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -104,7 +104,7 @@ def test_missing_matplotlib_names_the_extra(
     for name in [name for name in sys.modules if name.startswith("matplotlib")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    # The hint for this installation (a checkout's own: tests/evaluation/test_install_hint.py).
+    # The hint for this installation (a checkout's own: tests/evaluation/search/test_install_hint.py).
     monkeypatch.setattr(_install_hint, "source_checkout", lambda: None)
     with pytest.raises(ModuleNotFoundError, match=r"pytorch-metric-learning\[plots\]"):
         plots.plot_training_curves({}, {}, tmp_path / "x.png")

@@ -16,9 +16,9 @@ import torch
 
 from ._atomic import atomic_write
 from .errors import PMLError
-from .evaluation._install_hint import extra_install_hint
-from .evaluation.thresholds import Metric, match_f1
-from .evaluation.verification import ThresholdCurve, threshold_curve
+from .evaluation.search._install_hint import extra_install_hint
+from .evaluation.verification.operating_points import ThresholdCurve, threshold_curve
+from .evaluation.verification.thresholds import Metric, match_f1
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

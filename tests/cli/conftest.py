@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytorch_metric_learning.cli import main
-from pytorch_metric_learning.evaluation import registry
+from pytorch_metric_learning.evaluation.search import registry
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 
 from pytorch_metric_learning.cli import main
 from pytorch_metric_learning.cli.demo import load_digit_splits, supervised_contrastive_loss
-from pytorch_metric_learning.evaluation._install_hint import extra_install_hint
+from pytorch_metric_learning.evaluation.search._install_hint import extra_install_hint
 
 pytest.importorskip("sklearn")
 

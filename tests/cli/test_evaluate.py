@@ -11,8 +11,8 @@ import torch
 
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.evaluation import CustomKNN, list_knn_backends
-from pytorch_metric_learning.evaluation._install_hint import plugin_install_hint
-from pytorch_metric_learning.evaluation.accuracy_calculator import AccuracyCalculator
+from pytorch_metric_learning.evaluation.retrieval.accuracy_calculator import AccuracyCalculator
+from pytorch_metric_learning.evaluation.search._install_hint import plugin_install_hint
 
 from .test_loaders import write
 

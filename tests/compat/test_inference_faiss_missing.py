@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from pytorch_metric_learning.errors import BackendNotInstalledError
-from pytorch_metric_learning.evaluation import registry
-from pytorch_metric_learning.evaluation._install_hint import plugin_install_hint
+from pytorch_metric_learning.evaluation.search import registry
+from pytorch_metric_learning.evaluation.search._install_hint import plugin_install_hint
 from pytorch_metric_learning.utils import inference
 
 # The hint itself (a checkout's path or the published extra) is checked against this
-# installation's direct_url.json in tests/evaluation/test_install_hint.py; here each
+# installation's direct_url.json in tests/evaluation/search/test_install_hint.py; here each
 # faiss name must route to it.
 EXTRA = re.escape(plugin_install_hint("faiss"))
 PLUGIN_INSTALLED = importlib.util.find_spec("pytorch_metric_learning_faiss") is not None

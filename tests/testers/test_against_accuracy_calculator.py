@@ -22,8 +22,8 @@ from pytorch_metric_learning.evaluation import (
     AccuracyCalculator,
     CustomKNN,
     register_knn_backend,
-    registry,
 )
+from pytorch_metric_learning.evaluation.search import registry
 from pytorch_metric_learning.testers import (
     GlobalEmbeddingSpaceTester,
     GlobalTwoStreamEmbeddingSpaceTester,

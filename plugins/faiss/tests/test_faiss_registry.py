@@ -13,7 +13,7 @@ from pytorch_metric_learning.evaluation import (
     load_kmeans_func,
     load_knn_func,
 )
-from pytorch_metric_learning.evaluation.registry import backend_info
+from pytorch_metric_learning.evaluation.search.registry import backend_info
 
 pytestmark = pytest.mark.faiss
 

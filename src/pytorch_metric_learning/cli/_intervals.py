@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from ..evaluation import ConfidenceInterval, PerQueryValues, bootstrap_intervals
-from ..evaluation._metric_names import describe_families, parse_metric_name
-from ..evaluation.accuracy_calculator import AccuracyCalculator
+from ..evaluation.retrieval._metric_names import describe_families, parse_metric_name
+from ..evaluation.retrieval.accuracy_calculator import AccuracyCalculator
 from ._errors import UsageError
 from ._output import format_number
 

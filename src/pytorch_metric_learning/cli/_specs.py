@@ -7,7 +7,7 @@ import json
 from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
-from ..evaluation.registry import backend_info
+from ..evaluation.search.registry import backend_info
 from ._versions import distribution_version
 
 __all__ = ["parse_spec", "spec_option", "describe_spec"]

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from ..errors import PMLError
-from ..evaluation.registry import BackendInfo, backend_info, load_kmeans_func, load_knn_func
+from ..evaluation.search.registry import BackendInfo, backend_info, load_kmeans_func, load_knn_func
 from ._backend_check import kmeans_problem, knn_problem
 from ._commands import COMMANDS
 from ._output import format_table, write_results

@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from ..evaluation import PairedComparison, compare_per_query
-from ..evaluation.accuracy_calculator import ON_REQUEST_METRICS
+from ..evaluation.retrieval.accuracy_calculator import ON_REQUEST_METRICS
 from ._commands import COMMANDS
 from ._errors import UsageError
 from ._intervals import add_bootstrap_arguments, bootstrap_settings, check_metric_names

@@ -36,8 +36,8 @@ from torch.utils.data import TensorDataset
 from .._atomic import atomic_write, atomic_write_text
 from ..distances import CosineSimilarity
 from ..errors import InvalidArgumentError, PMLError
-from ..evaluation._install_hint import extra_install_hint
-from ..evaluation.accuracy_calculator import AccuracyCalculator
+from ..evaluation.retrieval.accuracy_calculator import AccuracyCalculator
+from ..evaluation.search._install_hint import extra_install_hint
 from ..testers import GlobalEmbeddingSpaceTester
 from ..trainers import MetricLossOnly
 from ..utils import logging_presets

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import InvalidArgumentError
 from ..evaluation import load_kmeans_func, load_knn_func
-from ..evaluation.accuracy_calculator import (
+from ..evaluation.retrieval.accuracy_calculator import (
     DEFAULT_METRICS,
     ON_REQUEST_METRICS,
     AccuracyCalculator,

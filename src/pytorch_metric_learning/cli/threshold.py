@@ -16,7 +16,7 @@ from ..evaluation import (
     recall_at_false_match_rate,
     select_threshold,
 )
-from ..evaluation.thresholds import Metric
+from ..evaluation.verification.thresholds import Metric
 from ._commands import COMMANDS
 from ._output import format_table, say_written, write_results
 from ._paths import check_outputs

@@ -1,51 +1,57 @@
 """Nearest-neighbour search, thresholds, clustering and accuracy of embeddings.
 
+The package is four rooms, each importing only those below it: ``search`` (the k-NN
+contract, registry and CustomKNN), ``clustering`` (k-means, mutual information),
+``verification`` (MatchFinder, thresholds, operating points) and ``retrieval``
+(AccuracyCalculator, metrics, bootstrap); ``distributed`` runs them over a process group.
 Importing this package imports neither faiss nor scikit-learn.
 """
 
 from __future__ import annotations
 
-from ._per_query import PerQueryValues
-from ._plugin_proxy import FaissKMeans, FaissKNN
-from .accuracy_calculator import AccuracyCalculator
-from .bootstrap import (
+from .clustering import TorchKMeans, adjusted_mutual_info, normalized_mutual_info
+from .retrieval import (
+    AccuracyCalculator,
     ConfidenceInterval,
     PairedComparison,
+    PerQueryValues,
     bootstrap_interval,
     bootstrap_intervals,
     compare_per_query,
     paired_bootstrap,
 )
-from .kmeans import TorchKMeans
-from .knn import CustomKNN, remove_self_matches
-from .knn_output import check_knn_backend, check_knn_output
-from .match_finder import MatchFinder
-from .mutual_information import adjusted_mutual_info, normalized_mutual_info
-from .protocols import KMeansFunc, KNNFunc, knn_is_inverted
-from .registry import (
+from .search import (
+    CustomKNN,
+    FaissKMeans,
+    FaissKNN,
+    KMeansFunc,
+    KNNFunc,
+    check_knn_backend,
+    check_knn_output,
+    knn_is_inverted,
     list_kmeans_backends,
     list_knn_backends,
     load_kmeans_func,
     load_knn_func,
     register_kmeans_backend,
     register_knn_backend,
-)
-from .thresholds import (
-    MatchCounts,
-    ThresholdSelection,
-    match_accuracy,
-    match_balanced_accuracy,
-    match_f1,
-    select_threshold,
+    remove_self_matches,
 )
 from .verification import (
     FoldEvaluation,
     KFoldEvaluation,
+    MatchCounts,
+    MatchFinder,
     ThresholdCurve,
+    ThresholdSelection,
     equal_error_rate,
     false_match_rate_at_recall,
     kfold_threshold_evaluation,
+    match_accuracy,
+    match_balanced_accuracy,
+    match_f1,
     recall_at_false_match_rate,
+    select_threshold,
     threshold_curve,
 )
 

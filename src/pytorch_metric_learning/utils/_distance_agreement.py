@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..distances import BaseDistance, CosineSimilarity, DotProductSimilarity, LpDistance
-from ..evaluation.knn import default_custom_knn
-from ..evaluation.match_finder import MatchFinder
+from ..evaluation.search.knn import default_custom_knn
+from ..evaluation.verification.match_finder import MatchFinder
 
 __all__ = ["default_knn_for", "knn_distance", "ranking", "disagreement"]
 

@@ -1,11 +1,11 @@
 """2.x import path: ``from pytorch_metric_learning.utils.accuracy_calculator import ...``.
 
-Only re-exports; the helpers live in :mod:`pytorch_metric_learning.evaluation._compat`.
+Only re-exports; the helpers live in :mod:`pytorch_metric_learning.evaluation.retrieval._compat`.
 """
 
 from __future__ import annotations
 
-from ..evaluation._compat import (
+from ..evaluation.retrieval._compat import (
     EQUALITY,
     get_label_match_counts,
     get_lone_query_labels,
@@ -19,7 +19,7 @@ from ..evaluation._compat import (
     r_precision,
     try_getting_not_lone_labels,
 )
-from ..evaluation.accuracy_calculator import AccuracyCalculator
+from ..evaluation.retrieval.accuracy_calculator import AccuracyCalculator
 
 __all__ = [
     "EQUALITY",

@@ -6,7 +6,7 @@ Re-exports only. The faiss helpers load the faiss plugin when called, never at i
 from __future__ import annotations
 
 from ..evaluation import CustomKNN, FaissKMeans, FaissKNN, MatchFinder
-from ..evaluation._inference_helpers import (
+from ..evaluation.search._inference_helpers import (
     add_to_index_and_search,
     convert_to_cpu_index,
     convert_to_gpu_index,

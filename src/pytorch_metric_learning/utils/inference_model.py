@@ -22,8 +22,8 @@ from .._validation import check_matrix, check_positive_int, invalid
 from .._warnings import warn_external
 from ..distances import CosineSimilarity
 from ..errors import CorruptFileError, InvalidArgumentError, InvalidTypeError
-from ..evaluation.match_finder import MatchFinder
-from ..evaluation.registry import load_knn_func
+from ..evaluation.search.registry import load_knn_func
+from ..evaluation.verification.match_finder import MatchFinder
 from ..testers.base_tester import _default_device, _eval_mode, _to_device
 from . import _distance_agreement as agreement
 from .checkpoints import load_state_dict, save_state_dict

@@ -10,7 +10,7 @@ import torch
 from pytorch_metric_learning._validation import check_embeddings, check_positive_int
 from pytorch_metric_learning._warnings import warn_external
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
-from pytorch_metric_learning.evaluation._rescale import in_float_range, largest_magnitude
+from pytorch_metric_learning.evaluation.search._rescale import in_float_range, largest_magnitude
 
 from ._interop import faiss_errors, from_numpy, to_float32_numpy
 

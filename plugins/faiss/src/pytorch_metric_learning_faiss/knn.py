@@ -17,8 +17,8 @@ from pytorch_metric_learning.errors import (
     InvalidArgumentError,
     InvalidTypeError,
 )
-from pytorch_metric_learning.evaluation._rescale import largest_magnitude
-from pytorch_metric_learning.evaluation.knn import (
+from pytorch_metric_learning.evaluation.search._rescale import largest_magnitude
+from pytorch_metric_learning.evaluation.search.knn import (
     check_search_inputs,
     check_search_k,
     remove_self_matches,

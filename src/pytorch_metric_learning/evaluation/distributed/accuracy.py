@@ -14,12 +14,12 @@ import torch
 
 from ..._validation import invalid
 from ...errors import InvalidArgumentError
-from .. import metrics
-from .._label_stats import LabelComparison
-from .._metric_names import parse_metric_name, per_query_function
-from ..accuracy_calculator import AccuracyCalculator, MetricValue
-from ..mutual_information import adjusted_mutual_info, normalized_mutual_info
-from ..registry import Spec
+from ..clustering.mutual_information import adjusted_mutual_info, normalized_mutual_info
+from ..retrieval import metrics
+from ..retrieval._label_stats import LabelComparison
+from ..retrieval._metric_names import parse_metric_name, per_query_function
+from ..retrieval.accuracy_calculator import AccuracyCalculator, MetricValue
+from ..search.registry import Spec
 from ._collectives import (
     Comm,
     agree,

@@ -1,6 +1,6 @@
 """Lloyd's k-means over rows sharded across the ranks of a ``torch.distributed`` group.
 
-The algorithm is ``TorchKMeans``'s (``evaluation._lloyd``); this module is its all-reduce
+The algorithm is ``TorchKMeans``'s (``evaluation.clustering._lloyd``); this module is its all-reduce
 driver.
 """
 
@@ -13,7 +13,14 @@ import torch
 
 from ..._validation import check_embeddings, check_positive_int
 from ...errors import InvalidArgumentError
-from .._lloyd import Options, check_seed, checked_options, farthest_local, kmeans, take_rows
+from ..clustering._lloyd import (
+    Options,
+    check_seed,
+    checked_options,
+    farthest_local,
+    kmeans,
+    take_rows,
+)
 from ._collectives import (
     Comm,
     agree,

@@ -10,10 +10,10 @@ import torch
 
 from ..._validation import check_positive_int, check_tensor, invalid
 from ...errors import BackendRuntimeError, InvalidArgumentError
-from .._rescale import Rescaled, largest_magnitude, rescale
-from ..knn import check_search_inputs
-from ..protocols import KNNFunc, knn_is_inverted
-from ..registry import load_knn_func
+from ..search._rescale import Rescaled, largest_magnitude, rescale
+from ..search.knn import check_search_inputs
+from ..search.protocols import KNNFunc, knn_is_inverted
+from ..search.registry import load_knn_func
 from ._collectives import (
     Comm,
     agree,

@@ -12,7 +12,7 @@ import torch
 
 from ..._validation import check_positive_int, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
-from ...evaluation._calculator_checks import check_device
+from ...evaluation.retrieval._calculator_checks import check_device
 from ..checkpoints import (
     apply_checkpoints,
     checkpoint_path,

@@ -1,0 +1,794 @@
+"""AccuracyCalculator: retrieval and clustering metrics of query and reference embeddings.
+
+The calculator asks its k-NN backend once, under ``torch.no_grad()``, for exactly the
+number of neighbours its selected metrics need, validates the answer, and computes every
+metric from one boolean relevance matrix on the input device. Label statistics are
+vectorized; nothing is quadratic in memory unless ``k=None`` asks for every neighbour of
+a metric that uses them all (``mean_average_precision``, ``mean_reciprocal_rank``).
+
+Code written for pytorch-metric-learning 2.x keeps working: subclasses that add
+``calculate_<name>`` methods and extend :meth:`AccuracyCalculator.requires_knn` or
+:meth:`AccuracyCalculator.requires_clustering` get their metric computed, with the
+keyword arguments 2.x passed (``knn_labels``, ``query_labels``, ``not_lone_query_mask``,
+``label_counts``, ``cluster_labels``, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..._validation import check_embeddings, check_same_device, float_if_integer, invalid
+from ..._warnings import warn_external
+from ...distances import LpDistance
+from ...errors import InvalidArgumentError, InvalidTypeError
+from ..clustering.kmeans import TorchKMeans
+from ..clustering.mutual_information import adjusted_mutual_info, normalized_mutual_info
+from ..search.knn import CustomKNN
+from ..search.knn_output import check_knn_output
+from ..search.registry import Spec, load_kmeans_func, load_knn_func
+from . import metrics
+from ._calculator_checks import check_device, check_has_rows, check_labels_not_nan
+from ._compat import EQUALITY, legacy_knn_metric
+from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
+from ._metric_names import describe_families, parse_metric_name, per_query_function
+from ._per_query import PerQueryValues, collect_per_query, per_query_values
+
+__all__ = ["AccuracyCalculator", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METRICS"]
+
+OWNER = "AccuracyCalculator"
+logger = logging.getLogger(__name__)
+# Computed when include=() ...
+DEFAULT_METRICS = (
+    "AMI",
+    "NMI",
+    "mean_average_precision_at_r",
+    "precision_at_1",
+    "r_precision",
+)
+# ... and these only when asked for.
+ON_REQUEST_METRICS = ("mean_average_precision", "mean_reciprocal_rank")
+_R_METRICS = frozenset({"r_precision", "mean_average_precision_at_r"})
+_ONE_NEIGHBOUR_METRICS = frozenset({"precision_at_1"})
+# Relevance elements processed at once by a metric (bounds float64 temporaries).
+_METRIC_BLOCK = 1 << 22
+
+MetricValue = Any  # a float, or a list of floats with return_per_class
+
+
+class _UnsupportedCombinationError(InvalidArgumentError, NotImplementedError):
+    """Options that cannot be used together (a ValueError; NotImplementedError as in 2.x)."""
+
+
+class AccuracyCalculator:
+    """Computes retrieval (k-NN) and clustering metrics of embeddings.
+
+    Metrics (per query, over its retrieved neighbours in order; ``rel_i`` = neighbour
+    ``i`` shares the query's label; ``R`` = references sharing it, not counting the query
+    itself when the reference includes the query; ``P@i`` = precision of the first ``i``):
+
+    - ``precision_at_1``: ``rel_1``.
+    - ``r_precision``: relevant among the first ``min(R, k)``, divided by ``min(R, k)``.
+    - ``mean_average_precision_at_r``: ``(1/R) * sum over i <= min(R, k) of P@i * rel_i``.
+    - ``mean_average_precision`` (on request): ``(1/R) * sum over i <= k of P@i * rel_i``.
+    - ``mean_reciprocal_rank`` (on request): ``1 / rank`` of the first relevant neighbour,
+      0 when none is among the k.
+    - ``recall_at_<K>``, ``precision_at_<K>``, ``mean_average_precision_at_<K>``,
+      ``ndcg_at_<K>`` (on request, any ``K >= 1``): any of the first ``K`` relevant;
+      relevant among the first ``K`` over ``K``; 2.x's ``mean_average_precision`` with
+      ``k=K``; NDCG@K with binary relevance. Their ``K`` comes from the name, not ``k``.
+    - ``NMI``, ``AMI``: normalized and adjusted mutual information (arithmetic
+      normalization, as scikit-learn) between the query labels and a k-means clustering
+      of the query embeddings with one cluster per distinct query label.
+
+    Queries whose label has ``R = 0`` ("lone" queries) are left out of every k-NN metric;
+    when every query is lone those metrics are NaN, with a logged warning. Values are averaged
+    over queries in float64.
+
+    Args:
+        include: Metrics to compute; empty means every metric except those on request.
+        exclude: Metrics not to compute.
+        avg_of_avgs: Average each k-NN metric per label first, then over labels.
+        return_per_class: Return each k-NN metric as a list of per-label averages, ordered
+            by label, one for each label that has non-lone queries.
+        k: Neighbours to consider. ``None``: as many as each metric needs, and every
+            reference for ``mean_average_precision`` and ``mean_reciprocal_rank``
+            (quadratic output). ``"max_bin_count"``: the largest ``R``. An int: at most
+            that many; R-precision and MAP@R are wrong (with a logged warning) when it is below
+            the largest ``R``. An int above the number of references is clamped to it,
+            with a warning, whatever the backend.
+        label_comparison_fn: ``fn(a, b) -> bool tensor`` comparing labels elementwise with
+            broadcasting over leading dimensions (for multi-dimensional labels). Not
+            allowed with the clustering metrics.
+        device: Where to compute; ``None`` keeps the inputs' device.
+        knn_func: A k-NN backend spec (callable, backend name, or mapping with a
+            ``"name"``). Default: ``CustomKNN(LpDistance(normalize_embeddings=False,
+            power=2))``, exact squared Euclidean search in tiles sized by a memory budget.
+        kmeans_func: A k-means backend spec. Default: :class:`TorchKMeans`.
+
+    Example:
+        >>> import torch
+        >>> query = torch.tensor([[0.0], [0.1], [1.0], [1.2], [5.0]])
+        >>> labels = torch.tensor([0, 0, 1, 1, 2])
+        >>> calc = AccuracyCalculator(include=("precision_at_1", "r_precision"))
+        >>> calc.get_accuracy(query, labels)
+        {'precision_at_1': 1.0, 'r_precision': 1.0}
+    """
+
+    function_keyword = "calculate_"
+
+    def __init__(
+        self,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        avg_of_avgs: bool = False,
+        return_per_class: bool = False,
+        k: int | str | None = None,
+        label_comparison_fn: LabelComparison | None = None,
+        device: torch.device | str | None = None,
+        knn_func: Spec | None = None,
+        kmeans_func: Spec | None = None,
+    ) -> None:
+        self._all_functions = self._discover_functions()
+        self.check_primary_metrics(include, exclude)
+        self.original_function_dict = self._select(include, exclude)
+        self.curr_function_dict = dict(self.original_function_dict)
+        if avg_of_avgs and return_per_class:
+            raise InvalidArgumentError(
+                "The 'avg_of_avgs' and 'return_per_class' parameters of AccuracyCalculator "
+                "are mutually exclusive. Got both True instead."
+            )
+        self.avg_of_avgs = bool(avg_of_avgs)
+        self.return_per_class = bool(return_per_class)
+        self.k = _check_k(k)
+        self.label_comparison_fn = self._check_comparison(label_comparison_fn)
+        self.device = check_device(device, OWNER)
+        self.knn_func = _default_knn() if knn_func is None else load_knn_func(knn_func)
+        self.kmeans_func = TorchKMeans() if kmeans_func is None else load_kmeans_func(kmeans_func)
+
+    def __repr__(self) -> str:
+        return (
+            f"AccuracyCalculator(include={tuple(self.get_curr_metrics())}, k={self.k!r}, "
+            f"avg_of_avgs={self.avg_of_avgs}, return_per_class={self.return_per_class}, "
+            f"knn_func={self.knn_func!r}, kmeans_func={self.kmeans_func!r})"
+        )
+
+    # ----- metric selection (the 2.x method names) -----
+
+    def _discover_functions(self) -> dict[str, Callable[..., MetricValue]]:
+        names = [name for name in dir(self) if name.startswith(self.function_keyword)]
+        return {name[len(self.function_keyword) :]: getattr(self, name) for name in names}
+
+    def check_primary_metrics(
+        self, include: Sequence[str] = (), exclude: Sequence[str] = ()
+    ) -> None:
+        """Raise ``TypeError``/``ValueError`` unless both are lists or tuples of metric names."""
+        known = sorted(self._all_functions)
+        for param, names in (("include", include), ("exclude", exclude)):
+            if not isinstance(names, (tuple, list)):
+                raise invalid(
+                    param, OWNER, "a tuple or list of metric names", names, InvalidTypeError
+                )
+            unknown = [name for name in names if not self._is_metric(name)]
+            if unknown:
+                raise invalid(
+                    param,
+                    OWNER,
+                    f"a tuple of names among {known} or of the families {describe_families()}",
+                    tuple(names),
+                )
+
+    def get_function_dict(
+        self, include: Sequence[str] = (), exclude: Sequence[str] = ()
+    ) -> dict[str, Callable[..., MetricValue]]:
+        """The metrics chosen at construction, narrowed by ``include`` and ``exclude``.
+
+        As in 2.x, ``calc._get_accuracy(calc.get_function_dict(), **kwargs)`` computes
+        exactly the metrics the calculator was built with.
+
+        Example:
+            >>> calc = AccuracyCalculator(exclude=("NMI", "AMI"))
+            >>> sorted(calc.get_function_dict(exclude=("r_precision",)))
+            ['mean_average_precision_at_r', 'precision_at_1']
+        """
+        names = list(include) if len(include) else list(self.original_function_dict)
+        return {
+            name: function
+            for name, function in self.original_function_dict.items()
+            if name in names and name not in exclude
+        }
+
+    def _select(
+        self, include: Sequence[str], exclude: Sequence[str]
+    ) -> dict[str, Callable[..., MetricValue]]:
+        """``include`` (default: all but the on-request metrics) less ``exclude``."""
+        if len(include) == 0:
+            include = [name for name in self._all_functions if name not in ON_REQUEST_METRICS]
+        functions = {
+            name: function
+            for name, function in self._all_functions.items()
+            if name in include and name not in exclude
+        }
+        return {**functions, **self._parametrized_functions(include, exclude)}
+
+    def _is_metric(self, name: str) -> bool:
+        return name in self._all_functions or parse_metric_name(name) is not None
+
+    def _parametrized_functions(
+        self, include: Sequence[str], exclude: Sequence[str]
+    ) -> dict[str, Callable[..., MetricValue]]:
+        """``recall_at_<K>`` and the other families, in the order ``include`` names them."""
+        names = [name for name in include if name not in self._all_functions]
+        return {
+            name: functools.partial(self._calculate_parametrized, metric)
+            for name in dict.fromkeys(names)
+            if name not in exclude and (metric := parse_metric_name(name)) is not None
+        }
+
+    def _uses_knn(self, name: str) -> bool:
+        return name in self.requires_knn() or (
+            name not in self._all_functions and parse_metric_name(name) is not None
+        )
+
+    def get_curr_metrics(self) -> list[str]:
+        """Names of the metrics this calculator computes by default."""
+        return list(self.curr_function_dict)
+
+    def requires_clustering(self) -> list[str]:
+        """Metrics that need a k-means clustering of the query (extend in subclasses)."""
+        return ["NMI", "AMI"]
+
+    def requires_knn(self) -> list[str]:
+        """Metrics that need nearest neighbours (extend in subclasses)."""
+        return [
+            "precision_at_1",
+            "mean_average_precision",
+            "mean_average_precision_at_r",
+            "mean_reciprocal_rank",
+            "r_precision",
+        ]
+
+    def description(self) -> str:
+        """``"avg_of_avgs"`` when averaging per label first, else ``""`` (used in key names)."""
+        return "avg_of_avgs" if self.avg_of_avgs else ""
+
+    def determine_k(
+        self, bin_counts: Any, num_reference_embeddings: int, ref_includes_query: bool
+    ) -> int:
+        """The ``k`` that 2.x searched with, from the reference matches of each query label.
+
+        ``"max_bin_count"`` gives the largest count (less the query itself), ``None`` every
+        reference, an int itself (logging a warning when it is below the largest count and
+        R-precision or MAP@R is selected). A subclass that overrides this method chooses
+        the ``k`` of every search.
+
+        Example:
+            >>> AccuracyCalculator(k="max_bin_count").determine_k(torch.tensor([3, 5]), 20, True)
+            4
+        """
+        self_count = int(ref_includes_query)
+        max_bin_count = int(torch.as_tensor(bin_counts).max())
+        if self.k == "max_bin_count":
+            return max_bin_count - self_count
+        if self.k is None:
+            return num_reference_embeddings - self_count
+        k = _check_k(self.k)
+        if not isinstance(k, int):
+            raise invalid("k", OWNER, "a positive int, None or 'max_bin_count'", k)
+        r_names = [name for name in self.get_curr_metrics() if name in _R_METRICS]
+        if k < max_bin_count and r_names:
+            _log_small_k(r_names, k, max_bin_count)
+        return k
+
+    def _check_comparison(self, fn: LabelComparison | None) -> LabelComparison:
+        if fn is None or fn is EQUALITY:
+            return EQUALITY
+        if not callable(fn):
+            raise invalid("label_comparison_fn", OWNER, "a callable or None", fn, InvalidTypeError)
+        clustering = [
+            name for name in self.get_curr_metrics() if name in self.requires_clustering()
+        ]
+        if clustering:
+            raise _UnsupportedCombinationError(
+                f"The 'label_comparison_fn' parameter of AccuracyCalculator cannot be used with "
+                f"the clustering metrics {clustering}; exclude them, e.g. exclude={tuple(clustering)}."
+            )
+        return fn
+
+    @property
+    def _custom_comparison(self) -> LabelComparison | None:
+        return None if self.label_comparison_fn is EQUALITY else self.label_comparison_fn
+
+    # ----- the computation -----
+
+    def get_accuracy(
+        self,
+        query: torch.Tensor,
+        query_labels: torch.Tensor,
+        reference: torch.Tensor | None = None,
+        reference_labels: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        return_per_query: bool = False,
+    ) -> dict[str, MetricValue]:
+        """Compute the selected metrics.
+
+        Args:
+            query: ``(num_queries, dims)`` float embeddings, finite.
+            query_labels: One label (or label row) per query; never cast to float.
+            reference: ``(num_references, dims)`` embeddings to retrieve from. ``None``
+                retrieves from the query itself (and sets ``ref_includes_query``).
+            reference_labels: Labels of ``reference``; required with it.
+            ref_includes_query: The first ``len(query)`` rows of ``reference`` (and of its
+                labels) are the query; each query's own row is not retrieved.
+            include: Metrics for this call only (any known metric); empty means the
+                calculator's metrics. The calculator's state is not changed.
+            exclude: Metrics to leave out of this call.
+            return_per_query: Also return, under the key ``"per_query"``, a
+                :class:`PerQueryValues`: each built-in or parametrized k-NN metric's float64
+                value for every non-lone query, and those queries' indices and labels (for
+                slicing by class, finding failures, and :func:`bootstrap_intervals`).
+
+        Returns:
+            ``{metric name: float}`` (lists of per-label floats for k-NN metrics with
+            ``return_per_class``), plus ``"per_query"`` with ``return_per_query``.
+
+        Raises:
+            ValueError: for NaN or infinite embeddings, mismatched lengths, a reference
+                that does not start with the query when ``ref_includes_query`` is set, or a
+                k-NN backend whose output has the wrong shape or indices outside the
+                reference.
+        """
+        query, query_labels, reference, reference_labels, ref_includes_query = self._inputs(
+            query, query_labels, reference, reference_labels, ref_includes_query
+        )
+        check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
+        functions = self._functions_for_call(include, exclude)
+        kwargs: dict[str, Any] = {
+            "query": query,
+            "reference": reference,
+            "query_labels": query_labels,
+            "reference_labels": reference_labels,
+            "ref_includes_query": ref_includes_query,
+            "label_comparison_fn": self.label_comparison_fn,
+        }
+        if any(self._uses_knn(name) for name in functions):
+            kwargs.update(self._knn_kwargs(functions, **kwargs))
+        if any(name in self.requires_clustering() for name in functions):
+            kwargs["cluster_labels"] = self._checked_cluster_labels(kwargs)
+        with torch.no_grad():
+            results = self._get_accuracy(functions, **kwargs)
+            if return_per_query:
+                results["per_query"] = self._per_query(functions, kwargs)
+        kwargs.clear()  # release the k-NN outputs before returning
+        return results
+
+    def _get_accuracy(
+        self, function_dict: dict[str, Callable[..., MetricValue]], **kwargs: Any
+    ) -> dict[str, MetricValue]:
+        return {name: function(**kwargs) for name, function in function_dict.items()}
+
+    def _functions_for_call(
+        self, include: Sequence[str], exclude: Sequence[str]
+    ) -> dict[str, Callable[..., MetricValue]]:
+        self.check_primary_metrics(include, exclude)
+        names = list(include) if include else self.get_curr_metrics()
+        functions = {
+            name: function
+            for name, function in self._all_functions.items()
+            if name in names and name not in exclude
+        }
+        functions.update(self._parametrized_functions(names, exclude))
+        clustering = [name for name in functions if name in self.requires_clustering()]
+        if clustering and self._custom_comparison is not None:
+            raise _UnsupportedCombinationError(
+                f"The clustering metrics {clustering} cannot be computed with the custom "
+                "'label_comparison_fn' of AccuracyCalculator; exclude them."
+            )
+        return functions
+
+    def _inputs(
+        self,
+        query: Any,
+        query_labels: Any,
+        reference: Any,
+        reference_labels: Any,
+        ref_includes_query: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+        if reference is None:
+            if reference_labels is not None:
+                raise InvalidArgumentError(
+                    "The 'reference_labels' parameter of AccuracyCalculator.get_accuracy must "
+                    "be None when 'reference' is None (the query is its own reference)."
+                )
+            reference, reference_labels, ref_includes_query = query, query_labels, True
+        elif reference_labels is None:
+            raise invalid(
+                "reference_labels",
+                "AccuracyCalculator.get_accuracy",
+                "a tensor of labels when 'reference' is given",
+                None,
+            )
+        same = reference is query  # a self-search passes one tensor object as both
+        query = self._embeddings(query, "query")
+        reference = query if same else self._embeddings(reference, "reference")
+        query_labels = self._labels(query_labels, "query_labels", query)
+        reference_labels = self._labels(reference_labels, "reference_labels", reference)
+        check_same_device(query, reference, "query and reference", OWNER)
+        if query.shape[1] != reference.shape[1]:
+            raise invalid(
+                "reference",
+                "AccuracyCalculator.get_accuracy",
+                f"embeddings with {query.shape[1]} columns like the query",
+                f"{reference.shape[1]} columns",
+            )
+        if query_labels.shape[1:] != reference_labels.shape[1:]:
+            raise invalid(
+                "reference_labels",
+                "AccuracyCalculator.get_accuracy",
+                f"labels of shape (n, *{tuple(query_labels.shape[1:])}) like the query's",
+                f"shape {tuple(reference_labels.shape)}",
+            )
+        if ref_includes_query:
+            _check_reference_starts_with_query(query, query_labels, reference, reference_labels)
+        return query, query_labels, reference, reference_labels, bool(ref_includes_query)
+
+    def _embeddings(self, value: Any, param: str) -> torch.Tensor:
+        tensor = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        if isinstance(tensor, torch.Tensor) and self.device is not None:
+            tensor = tensor.to(self.device)
+        if isinstance(tensor, torch.Tensor):
+            tensor = float_if_integer(tensor)
+        return check_embeddings(tensor, param, "AccuracyCalculator.get_accuracy")
+
+    def _labels(self, value: Any, param: str, embeddings: torch.Tensor) -> torch.Tensor:
+        if isinstance(value, np.ndarray):
+            try:
+                value = torch.from_numpy(value)
+            except TypeError:
+                raise invalid(
+                    param,
+                    "AccuracyCalculator.get_accuracy",
+                    "numeric labels",
+                    value.dtype,
+                    InvalidTypeError,
+                ) from None
+        if not isinstance(value, torch.Tensor):
+            raise invalid(
+                param,
+                "AccuracyCalculator.get_accuracy",
+                "a torch.Tensor",
+                type(value).__name__,
+                InvalidTypeError,
+            )
+        value = check_labels_not_nan(value.to(embeddings.device), param, f"{OWNER}.get_accuracy")
+        if value.ndim == 0 or len(value) != len(embeddings):
+            raise invalid(
+                param,
+                "AccuracyCalculator.get_accuracy",
+                f"one label per embedding ({len(embeddings)})",
+                f"shape {tuple(value.shape)}",
+            )
+        return value
+
+    # ----- k-NN -----
+
+    def _knn_kwargs(self, functions: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        query, reference = kwargs["query"], kwargs["reference"]
+        query_labels, reference_labels = kwargs["query_labels"], kwargs["reference_labels"]
+        ref_includes_query = kwargs["ref_includes_query"]
+        comparison = self._custom_comparison
+        stats = label_stats(query_labels, reference_labels, ref_includes_query, comparison)
+        not_lone = stats.not_lone
+        if not bool(not_lone.any()):
+            logger.warning(
+                "None of the query labels are in the reference set: the k-NN metrics are NaN."
+            )
+        k = self._neighbours_needed(
+            list(functions), stats, len(reference) - int(ref_includes_query)
+        )
+        if _overrides(type(self), "determine_k"):
+            k = min(
+                self.determine_k(stats.match_counts, len(reference), ref_includes_query),
+                len(reference) - int(ref_includes_query),
+            )
+        distances, indices = self._search(query, k, reference, ref_includes_query)
+        needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
+        knn_labels = reference_labels[indices] if needs_labels else None
+        relevance = relevance_of(stats, indices, query_labels, knn_labels, comparison)
+        lone_classes = torch.zeros(stats.num_classes, dtype=torch.bool, device=not_lone.device)
+        lone_classes[stats.query_class[~not_lone]] = True
+        return {
+            "label_counts": (stats.unique_query_labels, stats.match_counts),
+            "lone_query_labels": stats.unique_query_labels[lone_classes],
+            "not_lone_query_mask": not_lone,
+            "knn_labels": knn_labels,
+            "knn_distances": distances,
+            "knn_indices": indices,
+            "relevance": relevance,
+            "label_stats": stats,
+        }
+
+    def _neighbours_needed(self, names: list[str], stats: LabelStats, available: int) -> int:
+        """The most neighbours any selected k-NN metric needs, clamped to the reference."""
+        builtin = [
+            name for name in names if name in self.requires_knn() and _is_builtin(type(self), name)
+        ]
+        needs = (
+            [self._k_neighbours(stats.max_bin_count, available)]
+            if self._custom_knn_metrics(names)
+            else []
+        )
+        if bool(stats.not_lone.any()):  # else every built-in metric is NaN without searching
+            needs += [metric.k for metric in self._parametrized_in(names)]
+            if any(name in _ONE_NEIGHBOUR_METRICS for name in builtin):
+                needs.append(1)
+            r_names = [name for name in builtin if name in _R_METRICS]
+            if r_names:
+                needs.append(self._r_neighbours(stats.max_bin_count, r_names))
+            if any(name not in _ONE_NEIGHBOUR_METRICS | _R_METRICS for name in builtin):
+                needs.append(self._k_neighbours(stats.max_bin_count, available))
+        return min(max(needs, default=0), max(available, 0))
+
+    def _custom_knn_metrics(self, names: list[str]) -> list[str]:
+        """k-NN metrics of a subclass, which get ``knn_labels`` and their own k."""
+        return [
+            name
+            for name in names
+            if name in self.requires_knn() and not _is_builtin(type(self), name)
+        ]
+
+    def _parametrized_in(self, names: list[str]) -> list[Any]:
+        parsed = [parse_metric_name(name) for name in names if name not in self._all_functions]
+        return [metric for metric in parsed if metric is not None]
+
+    def _r_neighbours(self, max_bin_count: int, names: list[str]) -> int:
+        if isinstance(self.k, int) and self.k < max_bin_count:
+            _log_small_k(names, self.k, max_bin_count)
+            return self.k
+        return max_bin_count
+
+    def _k_neighbours(self, max_bin_count: int, available: int) -> int:
+        """Neighbours for metrics that use all k: k, the max bin count, or every reference."""
+        if self.k is None:
+            return available
+        if isinstance(self.k, str):  # "max_bin_count"
+            return max_bin_count
+        if self.k > available:
+            warn_external(
+                f"The 'k' parameter of AccuracyCalculator ({self.k}) is larger than the "
+                f"{available} references that can be retrieved; using k={available}."
+            )
+        return int(self.k)
+
+    def _search(
+        self, query: torch.Tensor, k: int, reference: torch.Tensor, ref_includes_query: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Call the backend once (or not at all for k=0) and validate its output (that of
+        any backend but the built-in ``CustomKNN``)."""
+        if k == 0:
+            empty = torch.empty((len(query), 0), device=query.device)
+            return empty, empty.long()
+        with torch.no_grad():
+            result = self.knn_func(query, k, reference, ref_includes_query)
+        if type(self.knn_func) is CustomKNN:  # the built-in exact search: proven by its tests
+            return result
+        return check_knn_output(
+            result, query, k, reference, ref_includes_query, backend=self.knn_func, caller=OWNER
+        )
+
+    # ----- clustering -----
+
+    def get_cluster_labels(
+        self, query: torch.Tensor, query_labels: torch.Tensor, **kwargs: Any
+    ) -> torch.Tensor:
+        """k-means clusters of the query, one cluster per distinct query label."""
+        num_clusters = len(_class_ids(query_labels).unique())
+        with torch.no_grad():
+            return self.kmeans_func(query, num_clusters)
+
+    def _checked_cluster_labels(self, kwargs: dict[str, Any]) -> torch.Tensor:
+        clusters = self.get_cluster_labels(**kwargs)
+        query = kwargs["query"]
+        if not isinstance(clusters, torch.Tensor):
+            clusters = torch.as_tensor(np.asarray(clusters))
+        if clusters.shape != (len(query),) or clusters.is_floating_point():
+            raise InvalidArgumentError(
+                f"The kmeans_func of AccuracyCalculator must return {len(query)} integer "
+                f"cluster ids. Got {clusters.dtype} of shape {tuple(clusters.shape)} instead."
+            )
+        return clusters.to(query.device)
+
+    # ----- the metrics -----
+
+    def calculate_NMI(
+        self, query_labels: torch.Tensor, cluster_labels: torch.Tensor, **kwargs: Any
+    ) -> float:
+        return normalized_mutual_info(_class_ids(query_labels), cluster_labels)
+
+    def calculate_AMI(
+        self, query_labels: torch.Tensor, cluster_labels: torch.Tensor, **kwargs: Any
+    ) -> float:
+        return adjusted_mutual_info(_class_ids(query_labels), cluster_labels)
+
+    # The k-NN metrics take the keyword arguments 2.x passed, in 2.x's order, so that
+    # subclasses calling super() and code calling _get_accuracy with hand-made knn_labels
+    # keep working; get_accuracy adds a relevance matrix and label statistics, which are
+    # used instead when present.
+
+    def calculate_precision_at_1(
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        label_counts: Any = None,
+        **kwargs: Any,
+    ) -> MetricValue:
+        return self._builtin_knn_metric("precision_at_1", locals(), kwargs)
+
+    def calculate_r_precision(
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
+    ) -> MetricValue:
+        return self._builtin_knn_metric("r_precision", locals(), kwargs)
+
+    def calculate_mean_average_precision_at_r(
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
+    ) -> MetricValue:
+        return self._builtin_knn_metric("mean_average_precision_at_r", locals(), kwargs)
+
+    def calculate_mean_average_precision(
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
+    ) -> MetricValue:
+        return self._builtin_knn_metric("mean_average_precision", locals(), kwargs)
+
+    def calculate_mean_reciprocal_rank(
+        self,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        label_counts: Any = None,
+        **kwargs: Any,
+    ) -> MetricValue:
+        return self._builtin_knn_metric("mean_reciprocal_rank", locals(), kwargs)
+
+    def _builtin_knn_metric(
+        self, name: str, arguments: dict[str, Any], kwargs: dict[str, Any]
+    ) -> MetricValue:
+        """One built-in k-NN metric, from get_accuracy's statistics or from 2.x arguments."""
+        if kwargs.get("label_stats") is not None and kwargs.get("relevance") is not None:
+            metric = per_query_function(name)
+            assert metric is not None  # every built-in k-NN metric has one
+            return self._knn_metric(metric, kwargs["relevance"], kwargs["label_stats"])
+        missing = [
+            param
+            for param in ("knn_labels", "query_labels", "label_counts")
+            if arguments[param] is None
+        ]
+        if missing:
+            raise InvalidArgumentError(
+                f"AccuracyCalculator.calculate_{name} needs the keyword arguments {missing} "
+                "(as 2.x passed them) when called outside get_accuracy."
+            )
+        options = (self.avg_of_avgs, self.return_per_class, self.label_comparison_fn)
+        return legacy_knn_metric(
+            name,
+            arguments["knn_labels"],
+            arguments["query_labels"],
+            arguments["not_lone_query_mask"],
+            arguments["label_counts"],
+            bool(arguments.get("ref_includes_query", False)),
+            options,
+        )
+
+    def _calculate_parametrized(
+        self, metric: Callable[..., torch.Tensor], relevance: torch.Tensor, **kwargs: Any
+    ) -> MetricValue:
+        return self._knn_metric(metric, relevance, kwargs["label_stats"])
+
+    def _per_query(self, functions: dict[str, Any], kwargs: dict[str, Any]) -> PerQueryValues:
+        names = [name for name in functions if self._uses_knn(name)]
+        builtin = [name for name in names if name not in self._custom_knn_metrics(names)]
+        return collect_per_query(builtin, kwargs, _METRIC_BLOCK)
+
+    def _knn_metric(
+        self,
+        metric: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        relevance: torch.Tensor,
+        stats: LabelStats,
+    ) -> MetricValue:
+        """Apply a per-query metric to the non-lone queries and average as configured."""
+        keep = stats.not_lone
+        if not bool(keep.any()):
+            return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
+        values = per_query_values(metric, relevance[keep], stats.num_relevant[keep], _METRIC_BLOCK)
+        if not (self.avg_of_avgs or self.return_per_class):
+            return metrics.average(values)
+        per_class = metrics.average_per_class(values, stats.query_class[keep], stats.num_classes)
+        if self.return_per_class:
+            return per_class.tolist()
+        return metrics.average(per_class)
+
+
+def _log_small_k(names: list[str], k: int, max_bin_count: int) -> None:
+    """2.x logged this (not a UserWarning), so ``assertLogs`` and logging config see it."""
+    logger.warning(
+        "AccuracyCalculator computes %s with k=%d, below the max bin count (%d, the largest "
+        "number of relevant references), so their values are wrong. Use k='max_bin_count' "
+        "(or k=None). For MAP@k use 'mean_average_precision' instead of "
+        "'mean_average_precision_at_r'.",
+        names,
+        k,
+        max_bin_count,
+    )
+
+
+def _overrides(cls: type, attribute: str) -> bool:
+    return getattr(cls, attribute) is not getattr(AccuracyCalculator, attribute)
+
+
+def _default_knn() -> CustomKNN:
+    return CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+
+
+def _check_k(k: Any) -> int | str | None:
+    if k is None or (isinstance(k, str) and k == "max_bin_count"):
+        return k
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k > 0:
+        return int(k)
+    raise invalid("k", OWNER, "a positive int, None or 'max_bin_count'", k)
+
+
+def _is_builtin(cls: type, name: str) -> bool:
+    attribute = AccuracyCalculator.function_keyword + name
+    return getattr(cls, attribute, None) is getattr(AccuracyCalculator, attribute, object())
+
+
+def _class_ids(labels: torch.Tensor) -> torch.Tensor:
+    """1-D labels as they are; rows of multi-dimensional labels as ids of distinct rows."""
+    if labels.ndim == 1:
+        return labels
+    return torch.unique(labels, dim=0, return_inverse=True)[1]
+
+
+def _check_reference_starts_with_query(
+    query: torch.Tensor,
+    query_labels: torch.Tensor,
+    reference: torch.Tensor,
+    reference_labels: torch.Tensor,
+) -> None:
+    num = len(query)
+    if (
+        len(reference) < num
+        or not torch.equal(reference[:num], query)
+        or not torch.equal(reference_labels[:num], query_labels)
+    ):
+        raise InvalidArgumentError(
+            "With ref_includes_query=True, the first len(query) rows of 'reference' must equal "
+            "'query' and the first len(query_labels) entries of 'reference_labels' must equal "
+            "'query_labels'. Put the query first in the reference, or pass "
+            "ref_includes_query=False."
+        )

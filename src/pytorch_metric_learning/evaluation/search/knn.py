@@ -1,0 +1,386 @@
+"""Exact k-nearest-neighbour search in PyTorch."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from ..._validation import (
+    check_finite,
+    check_matrix,
+    check_positive_int,
+    check_same_device,
+    invalid,
+)
+from ...distances import BaseDistance, DotProductSimilarity, LpDistance
+from ...distances.lp_distance import power_of_squared as _power_of_squared
+from ...errors import InvalidArgumentError, InvalidTypeError
+from . import _compiled_topk
+from ._compiled_search import sample_first, search_compiled
+from ._rescale import rescale
+from ._tiled_search import (
+    NegatedInnerProduct,
+    Scorer,
+    SquaredEuclidean,
+    search_symmetric,
+    square_tile,
+)
+from ._topk import topk
+
+__all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
+
+logger = logging.getLogger(__name__)
+
+# Bytes of one tile of distances when the user sets no batch_size.
+TILE_BYTES = 64 * 2**20
+# Whole-row blocks get at least this many query rows (up to 4 * TILE_BYTES): a matrix
+# product with fewer rows re-reads the whole reference too often (measured at 100,000
+# references: 1.94 times the GEMM floor with 167 rows, 1.30 with 671).
+MIN_BLOCK_ROWS = 512
+# Self-search runs on symmetric tiles while the candidates that beat a row's running bound
+# (about k (1 + ln(n / tile side)) of them) stay under n / SYMMETRIC_ROWS_PER_CANDIDATE;
+# beyond that, handling them costs more than the halved matrix products save (fitted on the
+# crossovers measured in docs/benchmarks.md: k = 20 at n = 30,000).
+SYMMETRIC_ROWS_PER_CANDIDATE = 500
+# Searches with at least this many query-reference pairs run the compiled (numba) top-k on
+# the CPU once it is loaded: from n = 4,000 (self-search, k = 10 to 200) it takes 0.55 to
+# 0.8 of the time of the PyTorch paths.
+COMPILED_MIN_PAIRS = 2**22
+# Loading it costs about a second, once per process (the first compilation ever, a few
+# seconds, is then cached on disk): the searches of a process use it once their pairs, the
+# current search's included, reach this many, those for LARGE_K neighbours or more counted
+# twice (the compiled loops save the most there). The first search of 23,000 rows loads
+# it, or of 16,384 rows for k >= LARGE_K; a process that searches 16,000 rows every epoch
+# loads it in its third search, or its second for k >= LARGE_K. Measured at 20,000 rows:
+# loading in the first search made it 0.3 s faster at k = 230 but 0.5 s slower at k = 30,
+# where the PyTorch paths are already quick; at 16,384 rows and k = 190, 0.1 s slower,
+# with every later search about a second faster.
+COMPILED_LOAD_PAIRS = 2**29
+LARGE_K = 100
+# Side of the square tiles of the compiled search.
+COMPILED_TILE = 2048
+
+
+class CustomKNN:
+    """Exact k-NN search with any distance of :mod:`pytorch_metric_learning.distances`.
+
+    Squared Euclidean, Euclidean, cosine and dot-product search run one matrix product per
+    tile; each row's top k is selected below a threshold read off minima of column groups
+    (see ``_topk``). Searching a set against itself (``reference=None`` or ``reference is
+    query``) for few neighbours computes each tile of the symmetric distance matrix once
+    for both its rows and its columns, with a running bound per row (see
+    ``_running_topk``). Float32 searches on the CPU of ``COMPILED_MIN_PAIRS`` pairs or more
+    (no ``batch_size``) select in compiled loops (numba) over square tiles, symmetric ones
+    for self-search at any k, with a first bound per row sampled from the reference (see
+    ``_compiled_search``), once the process's searches have reached ``COMPILED_LOAD_PAIRS``
+    pairs in all (which pays for loading numba); ``PML_DISABLE_NUMBA=1`` keeps the PyTorch
+    paths. Other
+    distances run through ``distance`` block by block. Embeddings too large or too small
+    for float32 distances (say 1e20 or 1e-25) are searched after an exact power-of-two
+    rescaling.
+
+    Args:
+        distance: Similarities (``is_inverted=True``) select the largest values, distances
+            the smallest. Normalization follows ``distance.normalize_embeddings``.
+        batch_size: If set, distances are computed in ``(batch_size, len(reference))``
+            blocks, so peak memory is one such block plus the outputs and the running
+            top-k (about twice the outputs). If None, tiles are sized to a memory budget
+            of about 64 MiB each (up to 256 MiB, so that a block of whole rows of a large
+            reference still holds 512 of them), whatever the sizes of the query and
+            reference.
+
+    Example:
+        >>> import torch
+        >>> from pytorch_metric_learning.distances import LpDistance
+        >>> knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+        >>> distances, indices = knn(torch.tensor([[0.0, 0.0]]), 1, torch.tensor([[0.0, 1.0]]))
+        >>> indices.tolist(), distances.tolist()
+        ([[0]], [[1.0]])
+    """
+
+    def __init__(self, distance: BaseDistance, batch_size: int | None = None) -> None:
+        if not isinstance(distance, BaseDistance):
+            raise invalid("distance", "CustomKNN", "a BaseDistance", distance, InvalidTypeError)
+        if batch_size is not None:
+            batch_size = check_positive_int(batch_size, "batch_size", "CustomKNN")
+        self.distance = distance
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"CustomKNN({self.distance!r}, batch_size={self.batch_size})"
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        query: torch.Tensor,
+        k: int,
+        reference: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(distances, indices)`` of the ``k`` nearest reference rows, nearest first.
+
+        ``reference=None`` searches ``query`` itself.
+        """
+        same = reference is None or reference is query
+        query, reference = check_search_inputs(query, reference, "CustomKNN")
+        search_k = check_search_k(k, len(reference), ref_includes_query, "CustomKNN")
+        logger.debug(
+            "CustomKNN: %d queries, %d references, k=%d, %s",
+            len(query),
+            len(reference),
+            k,
+            self.distance,
+        )
+        out_dtype = self.distance.output_dtype(torch.promote_types(query.dtype, reference.dtype))
+        scaled = rescale(self.distance, query, query if same else reference)
+        drop_self = ref_includes_query and same
+        distances, indices, dropped = self._search(
+            scaled.query, scaled.reference, search_k, same, drop_self
+        )
+        distances = scaled.restore(distances, out_dtype)
+        if ref_includes_query and not dropped:
+            return remove_self_matches(distances, indices)
+        return distances, indices
+
+    def _search(
+        self, query: torch.Tensor, reference: torch.Tensor, k: int, same: bool, drop_self: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """``(values, indices, dropped)``; ``dropped``: each row's own index was left out
+        and k - 1 neighbours found (only a self-search can drop it, and only if asked;
+        the matrix-product paths do, by scoring each row's own entry as inf)."""
+        if same:
+            query = reference = self.distance.prepare(query, None)[0]
+        else:
+            query, reference, _ = self.distance.prepare(query, reference)
+        if _scorer_kind(self.distance) is None:
+            return (*self._search_generic(query, reference, k), False)
+        tile = self._tile(len(reference), query.element_size())
+        compiled = self._compiled_pays(query, reference, k)
+        symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
+        size = (len(query), len(reference), k - 1 if drop_self else k)
+        if compiled:
+            values, indices, scorer = self._search_compiled(
+                query, reference, size, symmetric, drop_self
+            )
+        else:
+            scorer = _fast_scorer(self.distance, query, reference, symmetric)
+            if symmetric:
+                values, indices = search_symmetric(scorer, size, tile, query, drop_self)
+            else:
+                values, indices = self._search_rows(scorer, size, query, drop_self)
+        if isinstance(scorer, SquaredEuclidean):
+            values = _power_of_squared(values, self.distance.power)
+        return values, indices, drop_self
+
+    def _search_compiled(
+        self,
+        query: torch.Tensor,
+        reference: torch.Tensor,
+        size: tuple[int, int, int],
+        symmetric: bool,
+        drop_self: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
+        """``search_compiled`` over the reference reordered so that its first tile column
+        is an evenly spaced sample; a symmetric self-search reorders both sides alike."""
+        order = sample_first(len(reference), COMPILED_TILE)
+        if order is not None:
+            reference = reference.index_select(0, order)
+            query = reference if symmetric else query
+        scorer = _fast_scorer(self.distance, query, reference, symmetric)
+        del query, reference  # the scorer keeps what it needs
+        values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self, order)
+        return scorer.finish(values), indices, scorer
+
+    def _search_rows(
+        self, scorer: Scorer, size: tuple[int, int, int], like: torch.Tensor, skip_self: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whole rows of scores per block, each reduced by the grouped top-k.
+
+        ``size`` is ``(num_query, num_ref, k)``; ``skip_self`` (a set searched against
+        itself) leaves each row's own entry out.
+        """
+        num_query, num_ref, k = size
+        values = torch.empty((num_query, k), dtype=like.dtype, device=like.device)
+        indices = torch.empty((num_query, k), dtype=torch.long, device=like.device)
+        rows = self._rows(num_ref, like.element_size(), grow=True)
+        buffer = torch.empty(min(rows, num_query) * num_ref, dtype=like.dtype, device=like.device)
+        every = slice(0, num_ref)
+        for start in range(0, num_query, rows):
+            block = slice(start, min(start + rows, num_query))
+            out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
+            scores = scorer.tile(block, every, out)
+            if skip_self:
+                scores.diagonal(offset=start).fill_(torch.inf)
+            values[block], indices[block] = topk(scores, k, largest=False)
+        return scorer.finish(values), indices
+
+    def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor, k: int) -> bool:
+        """Whether the compiled top-k serves this search (large float32 CPU searches)."""
+        pairs = len(query) * len(reference)
+        return (
+            self.batch_size is None
+            and query.device.type == "cpu"
+            and query.dtype == torch.float32
+            and reference.dtype == torch.float32
+            and pairs >= COMPILED_MIN_PAIRS
+            and len(reference) < 2**31  # its candidates' indices are int32
+            and _compiled_loads(pairs * 2 if k >= LARGE_K else pairs)
+        )
+
+    def _rows(self, num_reference: int, element_size: int, grow: bool = False) -> int:
+        """Query rows per block: ``batch_size``, or as many as the memory budget allows.
+
+        ``grow`` (matrix-product blocks only) lets a block of a large reference exceed the
+        budget, up to four times, to reach ``MIN_BLOCK_ROWS``.
+        """
+        if self.batch_size is not None:
+            return self.batch_size
+        row_bytes = max(num_reference, 1) * element_size
+        rows = TILE_BYTES // row_bytes
+        if grow and rows < MIN_BLOCK_ROWS:
+            rows = min(MIN_BLOCK_ROWS, 4 * TILE_BYTES // row_bytes)
+        return max(1, rows)
+
+    def _tile(self, num_reference: int, element_size: int) -> tuple[int, int]:
+        if self.batch_size is not None:
+            return self.batch_size, max(num_reference, 1)
+        side = square_tile(TILE_BYTES, element_size)
+        return side, side
+
+    def _search_generic(
+        self, query: torch.Tensor, ref: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        distances, indices = _empty_outputs(query, ref, k)
+        rows = self._rows(len(ref), query.element_size())
+        for start in range(0, len(query), rows):
+            block = query[start : start + rows]
+            values = self.distance.powered_mat(block, ref)
+            top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
+            distances[start : start + len(block)] = top_values
+            indices[start : start + len(block)] = top_indices
+        return distances, indices
+
+
+def default_custom_knn(
+    distance: BaseDistance | None = None, batch_size: int | None = None
+) -> CustomKNN:
+    """The ``custom`` backend: exact squared Euclidean search unless ``distance`` is given.
+
+    Without ``batch_size``, tiles are sized by a memory budget (see :class:`CustomKNN`).
+
+    Example:
+        >>> default_custom_knn()
+        CustomKNN(LpDistance(normalize_embeddings=False, p=2, power=2, is_inverted=False), batch_size=None)
+    """
+    if distance is None:
+        distance = LpDistance(normalize_embeddings=False, power=2)
+    return CustomKNN(distance, batch_size=batch_size)
+
+
+def check_search_inputs(
+    query: torch.Tensor, reference: torch.Tensor | None, owner: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate a k-NN query and reference; ``reference=None`` means the query itself."""
+    check_matrix(query, "query", owner)
+    if reference is None:
+        return check_finite(query, "query", owner), query
+    check_matrix(reference, "reference", owner)
+    check_same_device(query, reference, "query and reference", owner)
+    if query.shape[1] != reference.shape[1]:
+        raise InvalidArgumentError(
+            f"The query and reference of {owner} must have the same number of columns. "
+            f"Got {query.shape[1]} and {reference.shape[1]} instead."
+        )
+    return check_finite(query, "query", owner), check_finite(reference, "reference", owner)
+
+
+def check_search_k(k: int, num_reference: int, ref_includes_query: bool, owner: str) -> int:
+    """Validate ``k``; return how many neighbours to search (``k + 1`` to drop self matches)."""
+    k = check_positive_int(k, "k", owner)
+    search_k = k + 1 if ref_includes_query else k
+    if search_k > num_reference:
+        most = num_reference - 1 if ref_includes_query else num_reference
+        raise InvalidArgumentError(
+            f"The 'k' parameter of {owner} must be at most {most} for a reference of "
+            f"{num_reference} rows{' that includes the query' if ref_includes_query else ''}. "
+            f"Got {k} instead."
+        )
+    return search_k
+
+
+def remove_self_matches(
+    distances: torch.Tensor, indices: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop row ``i``'s own index from row ``i``, or its last neighbour if ``i`` is absent.
+
+    Example:
+        >>> d = torch.tensor([[0.0, 1.0, 2.0], [0.5, 0.7, 0.9]])
+        >>> i = torch.tensor([[0, 4, 5], [3, 4, 6]])
+        >>> remove_self_matches(d, i)[1].tolist()
+        [[4, 5], [3, 4]]
+    """
+    num_rows, width = indices.shape
+    own = indices == torch.arange(num_rows, device=indices.device).unsqueeze(1)
+    dropped = torch.where(own.any(dim=1), own.to(torch.uint8).argmax(dim=1), width - 1)
+    keep = torch.arange(width - 1, device=indices.device).expand(num_rows, -1)
+    keep = keep + (keep >= dropped.unsqueeze(1))  # the columns after the dropped one
+    return distances.gather(1, keep), indices.gather(1, keep)
+
+
+def _symmetric_pays(k: int, num_rows: int, tile_side: int) -> bool:
+    """Whether symmetric tiles beat whole rows for a self-search of ``num_rows`` with ``k``."""
+    candidates = k * (1 + math.log(max(num_rows / tile_side, 1.0)))
+    return candidates * SYMMETRIC_ROWS_PER_CANDIDATE <= num_rows
+
+
+_cold_pairs = 0  # pairs of the searches that could have run compiled before it was loaded
+
+
+def _compiled_loads(pairs: int) -> bool:
+    """Whether the compiled top-k is loaded, or worth loading now (numba imported only then);
+    ``pairs`` is this search's count toward ``COMPILED_LOAD_PAIRS``."""
+    global _cold_pairs
+    if _compiled_topk.loaded():
+        return True
+    if not _compiled_topk.installed():
+        return False
+    _cold_pairs += pairs
+    return _cold_pairs >= COMPILED_LOAD_PAIRS and _compiled_topk.available()
+
+
+def _scorer_kind(distance: BaseDistance) -> type[SquaredEuclidean | NegatedInnerProduct] | None:
+    """The one-GEMM-per-tile scorer class for the distances that have one, else None."""
+    if (
+        isinstance(distance, LpDistance)
+        and type(distance).compute_mat is LpDistance.compute_mat
+        and distance.p == 2
+        and distance.power > 0
+    ):
+        return SquaredEuclidean
+    if (
+        isinstance(distance, DotProductSimilarity)
+        and type(distance).compute_mat is DotProductSimilarity.compute_mat
+        and distance.power == 1
+    ):
+        return NegatedInnerProduct
+    return None
+
+
+def _fast_scorer(
+    distance: BaseDistance, query: torch.Tensor, ref: torch.Tensor, same: bool
+) -> SquaredEuclidean | NegatedInnerProduct:
+    """The one-GEMM-per-tile scorer of a distance that has one."""
+    if _scorer_kind(distance) is SquaredEuclidean:
+        return SquaredEuclidean(query, ref, symmetric=same)
+    return NegatedInnerProduct(query, ref)
+
+
+def _empty_outputs(
+    query: torch.Tensor, ref: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = torch.promote_types(query.dtype, ref.dtype)
+    distances = torch.empty((len(query), k), dtype=dtype, device=query.device)
+    indices = torch.empty((len(query), k), dtype=torch.long, device=query.device)
+    return distances, indices

@@ -1,0 +1,94 @@
+"""The faiss install hint fits the installation at hand (PEP 610 ``direct_url.json``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytorch_metric_learning.evaluation.search._install_hint import (
+    extra_install_hint,
+    plugin_install_hint,
+    source_checkout,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+PUBLISHED = 'pip install "pytorch-metric-learning[faiss]"'
+
+
+def _installed(site: Path, direct_url: object | None) -> None:
+    """An installed-looking core distribution in ``site``, as pip records it."""
+    info = site / "pytorch_metric_learning-3.0.0.dev0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pytorch-metric-learning\nVersion: 3.0.0.dev0\n"
+    )
+    if direct_url is not None:
+        text = direct_url if isinstance(direct_url, str) else json.dumps(direct_url)
+        (info / "direct_url.json").write_text(text)
+
+
+def _checkout(folder: Path, with_plugin: bool = True) -> Path:
+    if with_plugin:
+        (folder / "plugins" / "faiss").mkdir(parents=True)
+        (folder / "plugins" / "faiss" / "pyproject.toml").write_text("[project]\n")
+    return folder
+
+
+@pytest.mark.parametrize("editable", [True, False])
+def test_a_source_checkout_names_its_plugin_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, editable: bool
+) -> None:
+    checkout = _checkout(tmp_path / "my clone")
+    url = checkout.as_uri()
+    _installed(tmp_path / "site", {"url": url, "dir_info": {"editable": editable}})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert source_checkout() == checkout
+    assert plugin_install_hint("faiss") == f"pip install -e '{checkout}/plugins/faiss'"
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    assert extra_install_hint("plots") == f"pip install -e '{checkout}[plots]'"
+
+
+@pytest.mark.parametrize(
+    "direct_url",
+    [
+        None,  # installed from an index: pip writes no direct_url.json
+        {"url": "https://example.org/pml-3.0.tar.gz", "archive_info": {}},
+        {"url": "https://github.com/x/y", "vcs_info": {"vcs": "git", "commit_id": "0"}},
+        "{not json",
+        "[]",
+    ],
+)
+def test_other_installations_name_the_published_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct_url: object
+) -> None:
+    _installed(tmp_path / "site", direct_url)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert plugin_install_hint("faiss") == PUBLISHED
+    assert extra_install_hint("plots") == 'pip install "pytorch-metric-learning[plots]"'
+
+
+def test_a_checkout_without_the_plugin_folder_names_the_published_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout = _checkout(tmp_path / "clone", with_plugin=False)
+    _installed(tmp_path / "site", {"url": checkout.as_uri(), "dir_info": {"editable": True}})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert source_checkout() == checkout
+    assert plugin_install_hint("faiss") == PUBLISHED
+
+
+def expected_hint() -> str:
+    """What this test run's core should advise: read its ``direct_url.json`` plainly."""
+    from importlib.metadata import distribution
+
+    text = distribution("pytorch-metric-learning").read_text("direct_url.json")
+    record = json.loads(text or "{}")
+    if record.get("dir_info") and record.get("url") == ROOT.as_uri():
+        return f"pip install -e {ROOT / 'plugins' / 'faiss'}"
+    return PUBLISHED
+
+
+def test_this_installation() -> None:
+    assert plugin_install_hint("faiss") == expected_hint()
