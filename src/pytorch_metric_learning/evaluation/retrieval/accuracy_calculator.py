@@ -65,6 +65,59 @@ class _UnsupportedCombinationError(InvalidArgumentError, NotImplementedError):
     """Options that cannot be used together (a ValueError; NotImplementedError as in 2.x)."""
 
 
+def _named_method(method: Callable[..., MetricValue], name: str) -> Callable[..., MetricValue]:
+    method.__name__ = method.__qualname__ = f"calculate_{name}"
+    method.__doc__ = f"The built-in ``{name}``, with the keyword arguments 2.x passed."
+    return method
+
+
+def _legacy_arguments(
+    knn_labels: Any, query_labels: Any, not_lone_query_mask: Any, label_counts: Any
+) -> dict[str, Any]:
+    return {
+        "knn_labels": knn_labels,
+        "query_labels": query_labels,
+        "not_lone_query_mask": not_lone_query_mask,
+        "label_counts": label_counts,
+    }
+
+
+def _knn_metric_method(name: str) -> Callable[..., MetricValue]:
+    """A built-in k-NN metric method with 2.x's signature (no source flag)."""
+
+    def method(
+        self: AccuracyCalculator,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        label_counts: Any = None,
+        **kwargs: Any,
+    ) -> MetricValue:
+        arguments = _legacy_arguments(knn_labels, query_labels, not_lone_query_mask, label_counts)
+        return self._builtin_knn_metric(name, arguments, kwargs)
+
+    return _named_method(method, name)
+
+
+def _knn_metric_method_with_source_flag(name: str) -> Callable[..., MetricValue]:
+    """A built-in k-NN metric method with 2.x's signature, ``ref_includes_query`` included."""
+
+    def method(
+        self: AccuracyCalculator,
+        knn_labels: torch.Tensor | None = None,
+        query_labels: torch.Tensor | None = None,
+        not_lone_query_mask: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        label_counts: Any = None,
+        **kwargs: Any,
+    ) -> MetricValue:
+        arguments = _legacy_arguments(knn_labels, query_labels, not_lone_query_mask, label_counts)
+        arguments["ref_includes_query"] = ref_includes_query
+        return self._builtin_knn_metric(name, arguments, kwargs)
+
+    return _named_method(method, name)
+
+
 class AccuracyCalculator:
     """Computes retrieval (k-NN) and clustering metrics of embeddings.
 
@@ -622,58 +675,13 @@ class AccuracyCalculator:
     # keep working; get_accuracy adds a relevance matrix and label statistics, which are
     # used instead when present.
 
-    def calculate_precision_at_1(
-        self,
-        knn_labels: torch.Tensor | None = None,
-        query_labels: torch.Tensor | None = None,
-        not_lone_query_mask: torch.Tensor | None = None,
-        label_counts: Any = None,
-        **kwargs: Any,
-    ) -> MetricValue:
-        return self._builtin_knn_metric("precision_at_1", locals(), kwargs)
-
-    def calculate_r_precision(
-        self,
-        knn_labels: torch.Tensor | None = None,
-        query_labels: torch.Tensor | None = None,
-        not_lone_query_mask: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
-        label_counts: Any = None,
-        **kwargs: Any,
-    ) -> MetricValue:
-        return self._builtin_knn_metric("r_precision", locals(), kwargs)
-
-    def calculate_mean_average_precision_at_r(
-        self,
-        knn_labels: torch.Tensor | None = None,
-        query_labels: torch.Tensor | None = None,
-        not_lone_query_mask: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
-        label_counts: Any = None,
-        **kwargs: Any,
-    ) -> MetricValue:
-        return self._builtin_knn_metric("mean_average_precision_at_r", locals(), kwargs)
-
-    def calculate_mean_average_precision(
-        self,
-        knn_labels: torch.Tensor | None = None,
-        query_labels: torch.Tensor | None = None,
-        not_lone_query_mask: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
-        label_counts: Any = None,
-        **kwargs: Any,
-    ) -> MetricValue:
-        return self._builtin_knn_metric("mean_average_precision", locals(), kwargs)
-
-    def calculate_mean_reciprocal_rank(
-        self,
-        knn_labels: torch.Tensor | None = None,
-        query_labels: torch.Tensor | None = None,
-        not_lone_query_mask: torch.Tensor | None = None,
-        label_counts: Any = None,
-        **kwargs: Any,
-    ) -> MetricValue:
-        return self._builtin_knn_metric("mean_reciprocal_rank", locals(), kwargs)
+    calculate_precision_at_1 = _knn_metric_method("precision_at_1")
+    calculate_r_precision = _knn_metric_method_with_source_flag("r_precision")
+    calculate_mean_average_precision_at_r = _knn_metric_method_with_source_flag(
+        "mean_average_precision_at_r"
+    )
+    calculate_mean_average_precision = _knn_metric_method_with_source_flag("mean_average_precision")
+    calculate_mean_reciprocal_rank = _knn_metric_method("mean_reciprocal_rank")
 
     def _builtin_knn_metric(
         self, name: str, arguments: dict[str, Any], kwargs: dict[str, Any]
