@@ -8,7 +8,7 @@ calling program (a notebook keeps its own).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
@@ -148,13 +148,7 @@ def plot_roc(
         >>> plot_roc(scores, same, tempfile.mkdtemp() + "/roc.png", is_inverted=False).exists()
         True
     """
-    curve = threshold_curve(scores, labels, is_inverted=is_inverted)
-    point = _operating_point(scores, labels, is_inverted, threshold)
-    figure = _new_figure(5.5, 4.0)
-    _draw_roc(figure.subplots(), _rates(curve), point)
-    if title:
-        figure.suptitle(title)
-    return _save(figure, path)
+    return _plot_rates(_draw_roc, scores, labels, path, is_inverted, threshold, title)
 
 
 def plot_det(
@@ -178,13 +172,7 @@ def plot_det(
         >>> plot_det(scores, same, tempfile.mkdtemp() + "/det.png", is_inverted=False).exists()
         True
     """
-    curve = threshold_curve(scores, labels, is_inverted=is_inverted)
-    point = _operating_point(scores, labels, is_inverted, threshold)
-    figure = _new_figure(5.5, 4.0)
-    _draw_det(figure.subplots(), _rates(curve), point)
-    if title:
-        figure.suptitle(title)
-    return _save(figure, path)
+    return _plot_rates(_draw_det, scores, labels, path, is_inverted, threshold, title)
 
 
 def plot_verification(
@@ -219,6 +207,24 @@ def plot_verification(
     _draw_metric(metric_axes, curve, metric, metric_name or _metric_name(metric), threshold)
     _draw_roc(roc_axes, _rates(curve), point)
     _draw_det(det_axes, _rates(curve), point)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def _plot_rates(
+    draw: Callable[[Any, _Rates, tuple[float, float] | None], None],
+    scores: Any,
+    labels: Any,
+    path: PathLike,
+    is_inverted: bool,
+    threshold: float | None,
+    title: str | None,
+) -> Path:
+    """One figure of error rates (ROC or DET), drawn by ``draw``, saved as a PNG."""
+    curve = threshold_curve(scores, labels, is_inverted=is_inverted)
+    figure = _new_figure(5.5, 4.0)
+    draw(figure.subplots(), _rates(curve), _operating_point(scores, labels, is_inverted, threshold))
     if title:
         figure.suptitle(title)
     return _save(figure, path)

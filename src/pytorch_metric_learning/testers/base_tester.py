@@ -21,6 +21,7 @@ from . import _options as opts
 from ._batches import batch_labels, unpack_batch
 from ._distributed import TesterGroup
 from ._pca import PCAProjection, fit_pca
+from ._scored_pair import ScoredPair
 from ._splits import resolve_splits_to_eval, splits_to_embed
 from ._store import EmbeddingStore
 from .label_mapper import LabelMapper
@@ -329,18 +330,10 @@ class BaseTester:
             )
         return levels
 
-    def score_level(
-        self,
-        query: torch.Tensor,
-        query_labels: torch.Tensor,
-        reference: torch.Tensor,
-        reference_labels: torch.Tensor,
-        level: int,
-        ref_includes_query: bool,
-    ) -> dict[str, Any]:
+    def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
         """The metrics of one label level, ``{metric: value}``; subclasses define it.
 
-        ``query_labels`` and ``reference_labels`` hold every level (2-D).
+        ``pair.query_labels`` and ``pair.reference_labels`` hold every level (2-D).
         """
         raise NotImplementedError(
             f"{self._owner} does not score embeddings; use GlobalEmbeddingSpaceTester, "
@@ -477,12 +470,8 @@ class BaseTester:
         logger.info(
             "Computing accuracy for the %s split w.r.t %s", query_split_name, reference_split_names
         )
-        per_level = {
-            level: self.score_level(
-                query, query_labels, reference, reference_labels, level, includes
-            )
-            for level in levels
-        }
+        pair = ScoredPair(query, query_labels, reference, reference_labels, includes)
+        per_level = {level: self.score_level(pair, level) for level in levels}
         accuracies: dict[str, Any] = {"epoch": epoch}
         for level, scores in per_level.items():
             accuracies.update({self.accuracies_keyname(m, level): v for m, v in scores.items()})

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
+from ._scored_pair import ScoredPair
 from .base_tester import BaseTester
 
 __all__ = ["GlobalEmbeddingSpaceTester"]
@@ -37,22 +36,6 @@ class GlobalEmbeddingSpaceTester(BaseTester):
         1.0
     """
 
-    def score_level(
-        self,
-        query: torch.Tensor,
-        query_labels: torch.Tensor,
-        reference: torch.Tensor,
-        reference_labels: torch.Tensor,
-        level: int,
-        ref_includes_query: bool,
-    ) -> dict[str, Any]:
+    def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
         """``accuracy_calculator.get_accuracy`` on the labels of ``level``."""
-        return dict(
-            self.accuracy_calculator.get_accuracy(
-                query=query,
-                query_labels=query_labels[:, level],
-                reference=reference,
-                reference_labels=reference_labels[:, level],
-                ref_includes_query=ref_includes_query,
-            )
-        )
+        return dict(self.accuracy_calculator.get_accuracy(**pair.accuracy_arguments(level)))

@@ -10,6 +10,7 @@ import torch
 
 from .._warnings import warn_external
 from ..errors import InvalidArgumentError
+from ._scored_pair import ScoredPair
 from .base_tester import BaseTester
 
 __all__ = ["WithSameParentLabelTester"]
@@ -61,18 +62,10 @@ class WithSameParentLabelTester(BaseTester):
             )
         return levels
 
-    def score_level(
-        self,
-        query: torch.Tensor,
-        query_labels: torch.Tensor,
-        reference: torch.Tensor,
-        reference_labels: torch.Tensor,
-        level: int,
-        ref_includes_query: bool,
-    ) -> dict[str, Any]:
+    def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
         """Every metric of ``level``, averaged over the parent labels of the queries."""
-        query_parents = query_labels[:, level + 1]
-        reference_parents = reference_labels[:, level + 1]
+        query_parents = pair.query_labels[:, level + 1]
+        reference_parents = pair.reference_labels[:, level + 1]
         per_parent: dict[Any, dict[str, Any]] = {}
         parents, has_reference = self._parents(query_parents, reference_parents)
         for parent, referenced in zip(parents, has_reference.tolist()):
@@ -82,11 +75,7 @@ class WithSameParentLabelTester(BaseTester):
                 per_parent[parent.item()] = {}
                 continue
             per_parent[parent.item()] = self.accuracy_calculator.get_accuracy(
-                query=query[in_query],
-                query_labels=query_labels[in_query, level],
-                reference=reference[in_reference],
-                reference_labels=reference_labels[in_reference, level],
-                ref_includes_query=ref_includes_query,
+                **pair.accuracy_arguments(level, in_query, in_reference)
             )
         return _average_over_parents(per_parent, level)
 

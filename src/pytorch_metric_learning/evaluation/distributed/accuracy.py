@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Sequence
@@ -19,7 +20,6 @@ from ..retrieval import metrics
 from ..retrieval._label_stats import LabelComparison
 from ..retrieval._metric_names import parse_metric_name, per_query_function
 from ..retrieval.accuracy_calculator import AccuracyCalculator, MetricValue
-from ..search.registry import Spec
 from ._collectives import (
     Comm,
     agree,
@@ -105,23 +105,15 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
 
     def __init__(
         self,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        avg_of_avgs: bool = False,
-        return_per_class: bool = False,
-        k: int | str | None = None,
-        label_comparison_fn: LabelComparison | None = None,
-        device: torch.device | str | None = None,
-        knn_func: Spec | None = None,
-        kmeans_func: Spec | None = None,
-        *,
+        *args: Any,
         group: Any = None,
         timeout: float | timedelta | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            include, exclude, avg_of_avgs, return_per_class, k, label_comparison_fn, device,
-            knn_func, kmeans_func,
-        )  # fmt: skip
+        """Takes :class:`AccuracyCalculator`'s arguments, plus ``group`` and ``timeout``."""
+        super().__init__(*args, **kwargs)
+        given = inspect.signature(AccuracyCalculator).bind(*args, **kwargs).arguments
+        kmeans_func = given.get("kmeans_func")
         self.group = group
         self.timeout = resolve_timeout(timeout, _OWNER)
         self._check_builtin(self.get_curr_metrics())

@@ -1,0 +1,37 @@
+"""A query split and its reference, embedded, as one value that testers score level by level."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = ["ScoredPair"]
+
+
+class ScoredPair(NamedTuple):
+    """Embeddings and labels (every level, 2-D) of a query split and its reference."""
+
+    query: torch.Tensor
+    query_labels: torch.Tensor
+    reference: torch.Tensor
+    reference_labels: torch.Tensor
+    ref_includes_query: bool
+
+    def accuracy_arguments(
+        self,
+        level: int,
+        query_rows: torch.Tensor | None = None,
+        reference_rows: torch.Tensor | None = None,
+    ) -> dict[str, Any]:
+        """``get_accuracy``'s keyword arguments for the labels of ``level``, on a subset of
+        rows when ``query_rows``/``reference_rows`` (boolean masks) are given."""
+        all_query = slice(None) if query_rows is None else query_rows
+        all_reference = slice(None) if reference_rows is None else reference_rows
+        return {
+            "query": self.query[all_query],
+            "query_labels": self.query_labels[all_query, level],
+            "reference": self.reference[all_reference],
+            "reference_labels": self.reference_labels[all_reference, level],
+            "ref_includes_query": self.ref_includes_query,
+        }
