@@ -17,22 +17,12 @@ Usage: python benchmarks/bootstrap.py [--queries 100000] [--resamples 1000] [--t
 from __future__ import annotations
 
 import argparse
-import time
-from typing import Any, Callable
 
 import numpy as np
 import torch
+from _timing import best_of
 
 from pytorch_metric_learning.evaluation import bootstrap_interval, paired_bootstrap
-
-
-def _best_of(repeats: int, fn: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def loop_bootstrap(values: np.ndarray, resamples: int) -> np.ndarray:
@@ -53,9 +43,9 @@ def torch_bootstrap(values: torch.Tensor, resamples: int, chunk: int = 50) -> to
 
 def _one_metric(name: str, values: np.ndarray, resamples: int, repeats: int) -> str:
     tensor = torch.from_numpy(values)
-    loop = _best_of(repeats, lambda: loop_bootstrap(values, resamples))
-    plain = _best_of(repeats, lambda: torch_bootstrap(tensor, resamples))
-    ours = _best_of(repeats, lambda: bootstrap_interval(tensor, num_resamples=resamples))
+    loop = best_of(repeats, lambda: loop_bootstrap(values, resamples))
+    plain = best_of(repeats, lambda: torch_bootstrap(tensor, resamples))
+    ours = best_of(repeats, lambda: bootstrap_interval(tensor, num_resamples=resamples))
     return (
         f"{name:<11} bootstrap_interval {ours:6.3f} s   loop {loop:6.3f} s "
         f"({loop / ours:6.1f}x)   torch.randint+take {plain:6.3f} s ({plain / ours:6.1f}x)"
@@ -80,9 +70,9 @@ def main() -> None:
     for name, values in (("binary", binary), ("continuous", continuous)):
         print(_one_metric(name, values, b, args.repeats))
     a, c = torch.from_numpy(binary), torch.from_numpy(other)
-    paired = _best_of(args.repeats, lambda: paired_bootstrap(a, c, num_resamples=b))
+    paired = best_of(args.repeats, lambda: paired_bootstrap(a, c, num_resamples=b))
     print(f"paired_bootstrap (binary)            {paired:6.3f} s")
-    grouped = _best_of(
+    grouped = best_of(
         args.repeats,
         lambda: bootstrap_interval(torch.from_numpy(continuous), num_resamples=b, groups=classes),
     )

@@ -14,23 +14,14 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from _timing import best_of
 
 from pytorch_metric_learning.utils import logging_presets
 from pytorch_metric_learning.utils.checkpoints import save_state_dict
-
-
-def _best_of(repeats: int, fn) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def iteration_overhead(iterations: int, folder: Path) -> tuple[float, float]:
@@ -58,15 +49,15 @@ def iteration_overhead(iterations: int, folder: Path) -> tuple[float, float]:
 
     bare = hook = float("inf")
     for _ in range(5):  # interleaved, so both see the same machine load
-        bare = min(bare, _best_of(1, steps))
-        hook = min(hook, _best_of(1, hook_calls))
+        bare = min(bare, best_of(1, steps))
+        hook = min(hook, best_of(1, hook_calls))
     return bare / iterations, hook / iterations
 
 
 def save_overhead(params: int, folder: Path) -> tuple[float, float]:
     state = {"weight": torch.randn(params)}
-    plain = _best_of(3, lambda: torch.save(state, folder / "plain.pth"))
-    atomic = _best_of(3, lambda: save_state_dict(state, folder / "atomic.pth"))
+    plain = best_of(3, lambda: torch.save(state, folder / "plain.pth"))
+    atomic = best_of(3, lambda: save_state_dict(state, folder / "atomic.pth"))
     return plain, atomic
 
 
@@ -81,7 +72,7 @@ def epoch_record_cost(folder: Path) -> float:
         table = {"epoch": epoch, **{f"{k}_level0": 0.5 for k in keys}}
         hooks.end_of_testing_hook(SimpleNamespace(all_accuracies={"val": table, "train": table}))
 
-    return _best_of(20, one_epoch)
+    return best_of(20, one_epoch)
 
 
 def main() -> None:

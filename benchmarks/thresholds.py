@@ -10,22 +10,12 @@ roc_curve's time divided by ours (above 1: we are faster).
 from __future__ import annotations
 
 import argparse
-import time
-from typing import Callable
 
 import numpy as np
+from _timing import best_of
 from sklearn.metrics import roc_curve
 
 from pytorch_metric_learning.evaluation import match_accuracy, select_threshold, threshold_curve
-
-
-def best_time(function: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def make_pairs(size: int, dtype: type, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -38,11 +28,11 @@ def make_pairs(size: int, dtype: type, seed: int = 0) -> tuple[np.ndarray, np.nd
 
 def measure(size: int, dtype: type, repeats: int) -> str:
     scores, labels = make_pairs(size, dtype)
-    baseline = best_time(lambda: roc_curve(labels, scores), repeats)
-    select = best_time(
-        lambda: select_threshold(scores, labels, match_accuracy, is_inverted=True), repeats
+    baseline = best_of(repeats, lambda: roc_curve(labels, scores))
+    select = best_of(
+        repeats, lambda: select_threshold(scores, labels, match_accuracy, is_inverted=True)
     )
-    curve = best_time(lambda: threshold_curve(scores, labels, is_inverted=True), repeats)
+    curve = best_of(repeats, lambda: threshold_curve(scores, labels, is_inverted=True))
     return (
         f"{size:>10} {np.dtype(dtype).name:>8} {baseline:>12.3f} {select:>9.3f} "
         f"{baseline / select:>6.2f} {curve:>8.3f} {baseline / curve:>6.2f}"

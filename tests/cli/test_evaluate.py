@@ -219,6 +219,10 @@ def _files(tmp_path: Path, data) -> dict[str, Path]:
     }
 
 
+def _evaluate(*options: str) -> tuple[str, ...]:
+    return ("evaluate", "{q}", "--labels", "{l}", *options)
+
+
 ERRORS = [
     (
         ("evaluate", "missing.npy", "--labels", "{l}"),
@@ -246,68 +250,36 @@ ERRORS = [
         "have 3 columns but those in",
     ),
     (
-        ("evaluate", "{q}", "--labels", "{l}", "--knn", "no-such-backend"),
+        _evaluate("--knn", "no-such-backend"),
         3,
         "Unknown knn backend 'no-such-backend'. Installed backends:",
     ),
+    (_evaluate("--kmeans", "no-such-backend"), 3, "Unknown kmeans backend 'no-such-backend'"),
+    (_evaluate("--knn", "{{oops"), 2, "The --knn option is not valid JSON"),
+    (_evaluate("--knn", '{{"distance": "cosine"}}'), 2, 'a JSON object with a "name"'),
     (
-        ("evaluate", "{q}", "--labels", "{l}", "--kmeans", "no-such-backend"),
-        3,
-        "Unknown kmeans backend 'no-such-backend'",
-    ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--knn", "{{oops"),
-        2,
-        "The --knn option is not valid JSON",
-    ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--knn", '{{"distance": "cosine"}}'),
-        2,
-        'a JSON object with a "name"',
-    ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--knn", '{{"name": "custom", "bogus": 1}}'),
+        _evaluate("--knn", '{{"name": "custom", "bogus": 1}}'),
         1,
         "Unknown option ['bogus'] for the knn backend 'custom'",
     ),
     (
-        ("evaluate", "{q}", "--labels", "{l}", "--reference", "{r}"),
+        _evaluate("--reference", "{r}"),
         2,
         "--reference and --reference-labels must be given together",
     ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--ref-includes-query"),
-        2,
-        "--ref-includes-query needs --reference",
-    ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--k", "0"),
-        2,
-        "argument --k: must be a positive int, max_bin_count or all",
-    ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--metrics", "precision_at_0"),
-        2,
-        "unknown metric 'precision_at_0'",
-    ),
+    (_evaluate("--ref-includes-query"), 2, "--ref-includes-query needs --reference"),
+    (_evaluate("--k", "0"), 2, "argument --k: must be a positive int, max_bin_count or all"),
+    (_evaluate("--metrics", "precision_at_0"), 2, "unknown metric 'precision_at_0'"),
     (("evaluate", "{q}"), 2, "the following arguments are required: --labels"),
+    (_evaluate("--device", "banana"), 2, "argument --device: must be a torch device"),
+    (_evaluate("--device", "meta"), 2, "argument --device: cannot compute on 'meta'"),
     (
-        ("evaluate", "{q}", "--labels", "{l}", "--device", "banana"),
-        2,
-        "argument --device: must be a torch device",
-    ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--device", "meta"),
-        2,
-        "argument --device: cannot compute on 'meta'",
-    ),
-    (
-        ("evaluate", "{q}", "--labels", "{l}", "--kmeans", "[1]"),
+        _evaluate("--kmeans", "[1]"),
         2,
         "argument --kmeans: The --kmeans option must be a backend name or a JSON object",
     ),
     (
-        ("evaluate", "{q}", "--labels", "{l}", "--per-class", "--avg-of-avgs"),
+        _evaluate("--per-class", "--avg-of-avgs"),
         2,
         "argument --avg-of-avgs: not allowed with argument --per-class",
     ),

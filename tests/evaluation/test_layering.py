@@ -63,10 +63,6 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-def modules_of(room: str) -> list[Path]:
-    return sorted((PACKAGE_DIR / "evaluation" / room).rglob("*.py"))
-
-
 def within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
@@ -88,35 +84,26 @@ def test_every_room_exists_and_says_what_it_holds() -> None:
 
 @pytest.mark.parametrize("room", sorted(FORBIDDEN_ROOMS))
 def test_rooms_import_only_downward(room: str) -> None:
-    upward = [
+    others = tuple(f"{EVAL}.{other}" for other in FORBIDDEN_ROOMS[room])
+    assert imports_into(f"evaluation/{room}", others) == []
+
+
+def imports_into(folder: str, forbidden: tuple[str, ...]) -> list[str]:
+    """Every import, under ``folder`` of the package, of a module within ``forbidden``."""
+    return [
         f"{module_name(path)} imports {name}"
-        for path in modules_of(room)
+        for path in sorted((PACKAGE_DIR / folder).rglob("*.py"))
         for name in sorted(imported_modules(path))
-        for other in FORBIDDEN_ROOMS[room]
-        if within(name, f"{EVAL}.{other}")
+        if any(within(name, prefix) for prefix in forbidden)
     ]
-    assert upward == []
 
 
 def test_evaluation_imports_no_layer_above_it() -> None:
-    upward = [
-        f"{module_name(path)} imports {name}"
-        for path in sorted((PACKAGE_DIR / "evaluation").rglob("*.py"))
-        for name in sorted(imported_modules(path))
-        for forbidden in FORBIDDEN_FOR_EVALUATION
-        if within(name, forbidden)
-    ]
-    assert upward == []
+    assert imports_into("evaluation", FORBIDDEN_FOR_EVALUATION) == []
 
 
 def test_distances_import_nothing_of_evaluation() -> None:
-    upward = [
-        f"{module_name(path)} imports {name}"
-        for path in sorted((PACKAGE_DIR / "distances").rglob("*.py"))
-        for name in sorted(imported_modules(path))
-        if within(name, EVAL)
-    ]
-    assert upward == []
+    assert imports_into("distances", (EVAL,)) == []
 
 
 def test_no_module_is_left_flat_in_evaluation() -> None:

@@ -7,7 +7,6 @@ single-process tester's on the same data.
 
 from __future__ import annotations
 
-import datetime
 import os
 import tempfile
 import traceback
@@ -17,6 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import TensorDataset
+
+from _gloo import join_gloo_group
 
 GROUP_TIMEOUT_S = 20
 
@@ -33,13 +34,7 @@ def spawn(plan: list[dict[str, Any]], world_size: int, directory: str) -> list[d
 
 def _main(rank: int, world_size: int, directory: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{os.path.join(directory, 'init')}",
-        rank=rank,
-        world_size=world_size,
-        timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
-    )
+    join_gloo_group(directory, rank, world_size, GROUP_TIMEOUT_S)
     plan = torch.load(os.path.join(directory, "plan.pt"), weights_only=False)
     results = {}
     for case in plan:

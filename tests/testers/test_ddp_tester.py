@@ -8,8 +8,6 @@ leaves a rank of the 3-process group without a row of its own.
 from __future__ import annotations
 
 import math
-import os
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -21,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
 
+from _gloo import join_gloo_group
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.evaluation import AccuracyCalculator
 from pytorch_metric_learning.evaluation.distributed import DistributedAccuracyCalculator
@@ -129,13 +128,7 @@ def single_process() -> dict[str, dict[str, Any]]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as directory:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"file://{os.path.join(directory, 'init')}",
-            rank=0,
-            world_size=1,
-            timeout=timedelta(seconds=10),
-        )
+        join_gloo_group(directory, 0, 1, 10)
         try:
             return {name: run_case(CASES[name]) for name in SUCCEEDING}
         finally:

@@ -6,7 +6,6 @@ every case on its own shards and returns what it got, or the error it raised.
 
 from __future__ import annotations
 
-import datetime
 import os
 import time
 import traceback
@@ -15,6 +14,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from _gloo import join_gloo_group
 
 GROUP_TIMEOUT_S = 20
 
@@ -37,13 +38,7 @@ def shard(rows: torch.Tensor, counts: list[int], rank: int) -> torch.Tensor:
 
 def _main(rank: int, world_size: int, directory: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{os.path.join(directory, 'init')}",
-        rank=rank,
-        world_size=world_size,
-        timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
-    )
+    join_gloo_group(directory, rank, world_size, GROUP_TIMEOUT_S)
     plan = torch.load(os.path.join(directory, "plan.pt"), weights_only=False)
     results: dict[str, Any] = {}
     for case in plan:

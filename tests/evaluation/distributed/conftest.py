@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
-from datetime import timedelta
 from typing import Any
 
 import pytest
 import torch.distributed as dist
 from _dist_plans import full_plan
 from _dist_workers import spawn
+
+from _gloo import join_gloo_group
 
 
 @pytest.fixture(scope="session", params=[2, 3], ids=["2ranks", "3ranks"])
@@ -24,12 +24,6 @@ def ran(request, tmp_path_factory) -> tuple[int, dict[str, Any], list[dict[str, 
 @pytest.fixture
 def one_rank_group(tmp_path):
     """A gloo group of this process alone, for what needs no second rank."""
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{os.path.join(tmp_path, 'init')}",
-        rank=0,
-        world_size=1,
-        timeout=timedelta(seconds=10),
-    )
+    join_gloo_group(tmp_path, 0, 1, 10)
     yield
     dist.destroy_process_group()

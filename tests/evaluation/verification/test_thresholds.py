@@ -46,30 +46,8 @@ METRICS = [
 # ---- the seed's code samples, verbatim ------------------------------------------------
 
 
-def test_verification_sample() -> None:
-    import torch
-
-    from pytorch_metric_learning.distances import CosineSimilarity
-    from pytorch_metric_learning.evaluation import MatchFinder, match_f1, select_threshold
-
-    distance = CosineSimilarity()
-    first = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
-    second = torch.tensor([[1.0, 0.1], [1.0, 0.3], [0.2, 1.0], [-1.0, 0.0]])
-    is_same = torch.tensor([True, True, False, False])
-
-    selection = select_threshold(
-        distance.pairwise(first, second),
-        is_same,
-        match_f1,
-        is_inverted=distance.is_inverted,
-    )
-    finder = MatchFinder(distance, threshold=selection.threshold)
-    assert selection.value == 1.0
-    assert finder.is_match(first, second).tolist() == is_same.tolist()
-
-
 def test_one_shot_and_custom_metric_samples() -> None:
-    """The verification, one-shot and custom-metric samples, run in order as in the spec."""
+    """The verification, one-shot and custom-metric samples, verbatim, in the spec's order."""
     import torch
 
     from pytorch_metric_learning.distances import CosineSimilarity
