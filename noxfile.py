@@ -96,13 +96,7 @@ def bench_pml29(session: nox.Session) -> None:
     second virtualenv beside it, and the benchmark runs 2.9.0 as a subprocess with this
     session's python. ``nox -R -s bench_pml29 -- --sizes 10000`` reuses both.
     """
-    session.install(*CONSTRAINTS, PML29, "faiss-cpu", "scikit-learn")
-    ours = Path(session.virtualenv.location).parent / f"{session.name}_ours"
-    ours_python = str(ours / "bin" / "python")
-    session.run_install("python", "-m", "venv", "--clear", str(ours))
-    session.run_install(
-        ours_python, "-m", "pip", "install", "-q", *CONSTRAINTS, "-e", ".", external=True
-    )
+    ours_python = _pml29_beside_ours(session)
     pml29_python = str(Path(session.bin) / "python")
     session.run(
         ours_python,
@@ -123,13 +117,7 @@ def compat_pml29(session: nox.Session) -> None:
     Not one of the default sessions. ``nox -R -s compat_pml29 -- --cases 200 --seed 3``
     reuses both.
     """
-    session.install(*CONSTRAINTS, PML29, "faiss-cpu", "scikit-learn")
-    ours = Path(session.virtualenv.location).parent / f"{session.name}_ours"
-    ours_python = str(ours / "bin" / "python")
-    session.run_install("python", "-m", "venv", "--clear", str(ours))
-    session.run_install(
-        ours_python, "-m", "pip", "install", "-q", *CONSTRAINTS, "-e", ".", external=True
-    )
+    ours_python = _pml29_beside_ours(session)
     session.run(
         ours_python,
         "tests/compat/pml29_compare.py",
@@ -138,3 +126,16 @@ def compat_pml29(session: nox.Session) -> None:
         *session.posargs,
         external=True,
     )
+
+
+def _pml29_beside_ours(session: nox.Session) -> str:
+    """Install 2.9.0 in the session's virtualenv and this project in a second one beside
+    it (they share an import name); return the second one's python."""
+    session.install(*CONSTRAINTS, PML29, "faiss-cpu", "scikit-learn")
+    ours = Path(session.virtualenv.location).parent / f"{session.name}_ours"
+    ours_python = str(ours / "bin" / "python")
+    session.run_install("python", "-m", "venv", "--clear", str(ours))
+    session.run_install(
+        ours_python, "-m", "pip", "install", "-q", *CONSTRAINTS, "-e", ".", external=True
+    )
+    return ours_python

@@ -1,4 +1,4 @@
-"""Hypothesis profiles of the faiss plugin's tests (the same as the core's)."""
+"""Test settings shared by the core's tests and the faiss plugin's (both run from here)."""
 
 from __future__ import annotations
 
