@@ -29,6 +29,16 @@ def error_line(err: str) -> str:
     return lines[0]
 
 
+def assert_one_error(result: Result, code: int, message: str) -> None:
+    """``result`` is exit ``code`` with nothing on stdout and one error line containing
+    ``message`` on stderr (no traceback)."""
+    assert result.code == code
+    assert result.out == ""
+    assert result.err.startswith("pml-eval: error: ")
+    assert result.err.count("\n") == 1
+    assert message in result.err
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]):
     """Call ``main(argv)`` and return its exit code with what it printed."""

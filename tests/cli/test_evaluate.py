@@ -14,6 +14,7 @@ from pytorch_metric_learning.evaluation import CustomKNN, list_knn_backends
 from pytorch_metric_learning.evaluation.retrieval.accuracy_calculator import AccuracyCalculator
 from pytorch_metric_learning.evaluation.search._install_hint import plugin_install_hint
 
+from .conftest import assert_one_error
 from .test_loaders import write
 
 FORMATS = [".npy", ".npz", ".pt", ".csv"]
@@ -290,11 +291,7 @@ ERRORS = [
 def test_errors(cli, tmp_path: Path, data, argv, code: int, message: str) -> None:
     files = _files(tmp_path, data)
     result = cli(*(arg.format(**files) for arg in argv))
-    assert result.code == code
-    assert result.out == ""
-    assert result.err.startswith("pml-eval: error: ")
-    assert result.err.count("\n") == 1
-    assert message in result.err
+    assert_one_error(result, code, message)
 
 
 @pytest.mark.skipif("faiss" in list_knn_backends(), reason="the faiss plugin is installed")

@@ -18,6 +18,7 @@ from pytorch_metric_learning.evaluation import (
     select_threshold,
 )
 
+from .conftest import assert_one_error
 from .test_loaders import write
 
 FORMATS = [".npy", ".npz", ".pt", ".csv"]
@@ -195,8 +196,4 @@ def test_errors(cli, tmp_path: Path, argv, code: int, message: str) -> None:
     files["words"] = tmp_path / "words.csv"
     files["words"].write_text("yes\n" * 9 + "perhaps\n")
     result = cli(*(arg.format(**files) for arg in argv))
-    assert result.code == code
-    assert result.out == ""
-    assert result.err.startswith("pml-eval: error: ")
-    assert result.err.count("\n") == 1
-    assert message in result.err
+    assert_one_error(result, code, message)
