@@ -77,9 +77,7 @@ def test_an_unknown_trainer_name_is_still_an_attribute_error() -> None:
 def test_the_first_line_of_a_2x_training_script() -> None:
     """As a user meets it: in a fresh interpreter, the traceback's last line explains."""
     code = "from pytorch_metric_learning import losses, miners, samplers"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("pytorch_metric_learning.errors.NotInThisLibraryError: ")

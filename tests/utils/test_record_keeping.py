@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import math
-import sqlite3
 import re
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -219,7 +219,9 @@ def test_missing_tensorboard_is_a_clear_error(tmp_path: Path, monkeypatch) -> No
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     from pytorch_metric_learning.evaluation.search._install_hint import extra_install_hint
 
-    hint = extra_install_hint("tensorboard")  # its forms: tests/evaluation/search/test_install_hint.py
+    hint = extra_install_hint(
+        "tensorboard"
+    )  # its forms: tests/evaluation/search/test_install_hint.py
     assert "[tensorboard]" in hint or "tensorboard>=" in hint
     with pytest.raises(BackendNotInstalledError, match=re.escape(hint)):
         get_record_keeper(tmp_path, tmp_path / "tb")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ from ._versions import environment_versions
 from .loaders import load_match_labels, load_scores
 from .parsers.threshold import TAR_AT_FAR, metric_name
 
-__all__ = ["parse_metric", "run"]
+__all__ = ["parse_metric", "plot_title", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,20 @@ def _render(record: dict[str, Any]) -> str:
     return header + "\n" + format_table(["", "value"], rows)
 
 
+def plot_title(scores: str, num_pairs: int, num_matching: int, is_similarity: bool) -> str:
+    """What the plotted scores are, as the demo's "Validation pairs (cosine similarity)".
+
+    Example:
+        >>> plot_title("val_pairs.npz", 10, 4, is_similarity=True)
+        '10 pairs of val_pairs.npz, 4 should match (scores: similarities, larger = more alike)'
+    """
+    kind = "similarities, larger" if is_similarity else "distances, smaller"
+    return (
+        f"{num_pairs} pairs of {Path(scores).name}, {num_matching} should match "
+        f"(scores: {kind} = more alike)"
+    )
+
+
 def _plot(
     args: argparse.Namespace,
     scores: torch.Tensor,
@@ -142,6 +157,6 @@ def _plot(
         metric=metric,
         metric_name=name,
         threshold=threshold,
-        title=str(args.scores),
+        title=plot_title(args.scores, len(scores), int(labels.sum()), args.similarity),
     )
     say_written("Plot", path, to_stderr=args.output == "-")

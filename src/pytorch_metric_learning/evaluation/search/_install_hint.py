@@ -81,7 +81,7 @@ def extra_install_hint(extra: str) -> str:
 
     Example:
         >>> hint = extra_install_hint("plots")
-        >>> hint.startswith(pip_command() + " install "), "matplotlib" in hint
+        >>> hint.startswith(pip_command() + " install "), "[plots]" in hint or "matplotlib" in hint
         (True, True)
     """
     checkout = source_checkout()
