@@ -11,8 +11,9 @@
    samples, and measure its decisions on every pair of test samples.
 5. Write checkpoints, records, embeddings, scored pairs, ``results.json`` and plots.
 
-Everything runs on the CPU and needs no network: ``pip install
-"pytorch-metric-learning[demo]"`` brings scikit-learn (for the data) and matplotlib.
+Everything runs on the CPU, on one torch thread (the network is tiny), and needs no
+network once installed: the core's ``demo`` extra (``pip install -e ".[demo]"`` in a clone)
+brings scikit-learn (for the data) and matplotlib.
 """
 
 from __future__ import annotations
