@@ -106,8 +106,50 @@ def test_missing_matplotlib_names_the_extra(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     # The hint for this installation (a checkout's own: tests/evaluation/search/test_install_hint.py).
     monkeypatch.setattr(_install_hint, "source_checkout", lambda: None)
-    with pytest.raises(ModuleNotFoundError, match=r"pytorch-metric-learning\[plots\]"):
+    with pytest.raises(ModuleNotFoundError, match=r"-m pip install 'matplotlib>=3\.5'"):
         plots.plot_training_curves({}, {}, tmp_path / "x.png")
     with pytest.raises(plots.PlotsNotInstalledError):
         plots.plot_roc(torch.rand(4), torch.arange(4) < 2, tmp_path / "x.png", is_inverted=True)
     assert not (tmp_path / "x.png").exists()
+
+
+# Written out as papers and legends write them (not read from the library).
+LABELS = {
+    "precision_at_1_level0": "Precision@1",
+    "mean_average_precision_at_r_level0": "MAP@R",
+    "r_precision_level0": "R-precision",
+    "NMI_level0": "NMI",
+    "AMI_level1": "AMI (level 1)",
+    "mean_average_precision": "MAP",
+    "mean_reciprocal_rank": "MRR",
+    "recall_at_4": "Recall@4",
+    "precision_at_10": "Precision@10",
+    "mean_average_precision_at_8": "MAP@8",
+    "ndcg_at_100_level0": "NDCG@100",
+    "total_loss": "total loss",
+    "my_custom_metric": "my custom metric",
+}
+
+
+@pytest.mark.parametrize("key", sorted(LABELS))
+def test_metric_labels_are_readable(key: str) -> None:
+    assert plots.metric_label(key) == LABELS[key]
+
+
+def test_training_curves_legend_uses_readable_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    original = plots._draw_series
+
+    def spy(axes, history, x_key, y_label):  # type: ignore[no-untyped-def]
+        original(axes, history, x_key, y_label)
+        seen.extend(line.get_label() for line in axes.get_lines())
+
+    monkeypatch.setattr(plots, "_draw_series", spy)
+    plots.plot_training_curves(
+        {"iteration": [0, 1], "total_loss": [2.0, 1.0]},
+        {"epoch": [1, 2], "mean_average_precision_at_r_level0": [0.5, 0.6]},
+        tmp_path / "curves.png",
+    )
+    assert seen == ["total loss", "MAP@R"]

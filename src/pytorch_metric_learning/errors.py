@@ -26,6 +26,7 @@ __all__ = [
     "CorruptFileError",
     "ResumeError",
     "MetricNotRecordedError",
+    "NotInThisLibraryError",
 ]
 
 
@@ -106,3 +107,8 @@ class MetricNotRecordedError(InvalidArgumentError, KeyError):
     ``ValueError``, and a ``KeyError`` as 2.x's ``HookContainer.try_keys`` raised."""
 
     __str__ = Exception.__str__
+
+
+class NotInThisLibraryError(PMLError, ImportError):
+    """A pytorch-metric-learning 2.x module that this library does not contain (``losses``,
+    ``miners``, ...): this library replaces 2.x in an environment, under the same name."""

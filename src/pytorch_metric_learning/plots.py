@@ -8,6 +8,7 @@ calling program (a notebook keeps its own).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 import torch
 
 from ._atomic import atomic_write
+from ._metric_catalog import parametrized_parts
 from .errors import PMLError
 from .evaluation.search._install_hint import extra_install_hint
 from .evaluation.verification.operating_points import ThresholdCurve, threshold_curve
@@ -31,6 +33,7 @@ __all__ = [
     "plot_roc",
     "plot_det",
     "plot_verification",
+    "metric_label",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -335,7 +338,7 @@ def _draw_series(
                 list(values),
                 marker="o" if len(x) < 40 else None,
                 markersize=3,
-                label=_short(name),
+                label=metric_label(name),
             )
     axes.set_xlabel(x_key)
     axes.set_ylabel(y_label)
@@ -345,9 +348,53 @@ def _draw_series(
         axes.legend(loc="best", fontsize="small")
 
 
-def _short(key: str) -> str:
-    """``precision_at_1_level0`` -> ``precision_at_1`` (single-level keys only)."""
-    return key[: -len("_level0")] if key.endswith("_level0") else key
+_LABELS = {
+    "precision_at_1": "Precision@1",
+    "r_precision": "R-precision",
+    "mean_average_precision_at_r": "MAP@R",
+    "mean_average_precision": "MAP",
+    "mean_reciprocal_rank": "MRR",
+    "NMI": "NMI",
+    "AMI": "AMI",
+}
+_FAMILY_LABELS = {
+    "recall": "Recall",
+    "precision": "Precision",
+    "mean_average_precision": "MAP",
+    "ndcg": "NDCG",
+}
+
+
+def metric_label(key: str) -> str:
+    """A readable label for a metric or loss key, as papers and legends write it.
+
+    ``_level0`` (the only level of a single-level record) is dropped, and another level
+    is kept as ``(level 1)``; a name this module does not know keeps its words.
+
+    Example:
+        >>> metric_label("mean_average_precision_at_r_level0")
+        'MAP@R'
+        >>> metric_label("recall_at_4"), metric_label("precision_at_1_level1")
+        ('Recall@4', 'Precision@1 (level 1)')
+        >>> metric_label("total_loss")
+        'total loss'
+    """
+    name, level = key, ""
+    match = _LEVEL.fullmatch(key)
+    if match is not None:
+        name = match.group(1)
+        level = "" if match.group(2) == "0" else f" (level {match.group(2)})"
+    parts = parametrized_parts(name)
+    if name in _LABELS:
+        label = _LABELS[name]
+    elif parts is not None:
+        label = f"{_FAMILY_LABELS[parts[0]]}@{parts[1]}"
+    else:
+        label = name.replace("_", " ")
+    return label + level
+
+
+_LEVEL = re.compile(r"(.+)_level([0-9]+)")
 
 
 def _integer_locator() -> Any:

@@ -12,7 +12,7 @@ import pytest
 
 from pytorch_metric_learning import __version__
 from pytorch_metric_learning.cli._commands import COMMANDS
-from pytorch_metric_learning.cli.app import EXIT_INTERNAL, EXIT_USAGE, build_parser
+from pytorch_metric_learning.cli.app import EXIT_INTERNAL, EXIT_USAGE, build_parser, main
 
 from .conftest import error_line, run_subprocess
 
@@ -115,10 +115,52 @@ def test_help_and_version_import_neither_torch_nor_a_subcommand(argv: list[str])
     assert not {f"pytorch_metric_learning.cli.{name}" for name in COMMANDS} & modules
 
 
-def test_a_subcommand_imports_only_its_own_module() -> None:
+def test_a_subcommand_imports_only_its_own_parser() -> None:
     modules = _imports_after(["threshold", "--help"])
-    assert "pytorch_metric_learning.cli.threshold" in modules
-    assert "pytorch_metric_learning.cli.demo" not in modules
+    assert "pytorch_metric_learning.cli.parsers.threshold" in modules
+    assert "pytorch_metric_learning.cli.parsers.demo" not in modules
+    assert "pytorch_metric_learning.cli.threshold" not in modules  # the work, not needed
+
+
+# Every subcommand's help, and argument errors of each kind: argparse's own (a missing
+# or unknown option, a malformed value), an unknown name, contradictory options.
+NO_TORCH_ARGV = [
+    *([name, "--help"] for name in COMMANDS),
+    ["evaluate"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--no-such-option"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--metrics", "precision_at_0"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--k", "0"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--device", "not a device"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--knn", "{broken json"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--ci", "0.95"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--ci", "95", "--per-class"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--reference", "r.npy"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--output", "q.npy"],
+    ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--reference", "1", "2", "3"],
+    ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--metrics", "NMI"],
+    ["threshold", "s.npy"],
+    ["threshold", "s.npy", "--labels", "l.npy", "--metric", "tar@far=2"],
+    ["threshold", "s.npy", "--labels", "l.npy", "--plot", "s.npy"],
+    ["backends", "--output", "."],
+    ["demo", "--epochs", "0"],
+    ["no-such-command"],
+]
+
+
+@pytest.mark.parametrize("argv", NO_TORCH_ARGV, ids=" ".join)
+def test_help_and_argument_errors_answer_without_torch(argv: list[str]) -> None:
+    """Not a timing test: what is imported decides the time, so that is what is checked."""
+    modules = _imports_after(argv)
+    assert "pytorch_metric_learning.cli.app" in modules
+    assert "torch" not in modules and "numpy" not in modules
+    assert not {f"pytorch_metric_learning.cli.{name}" for name in COMMANDS} & modules
+
+
+@pytest.mark.parametrize("argv", NO_TORCH_ARGV[len(COMMANDS) :], ids=" ".join)
+def test_argument_errors_exit_2_with_one_line(argv: list[str], capsys) -> None:
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pml-eval: error: ") and "\n" not in err, err
 
 
 @pytest.mark.parametrize("position", ["before", "after"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +206,29 @@ def test_a_foreign_folder_is_left_alone(cli, tmp_path: Path) -> None:
     overwritten = cli("demo", "--epochs", "1", "--no-plots", "--overwrite", "--output", folder)
     assert overwritten.code == 0, overwritten.err
     assert not (folder / "models" / "precious.pth").exists()
+
+
+def test_a_foreign_folder_is_refused_before_torch_and_training(tmp_path: Path) -> None:
+    """The refusal comes first: no announcement of training, torch not even imported."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "results.json").write_text("{}")
+    code = (
+        "import sys\nfrom pytorch_metric_learning.cli import main\n"
+        f"code = main(['demo', '--quick', '--output', {str(folder)!r}])\n"
+        "print('torch' in sys.modules, code)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "1"], (done.stdout, done.stderr)
+    assert "already holds 'results.json', which the demo did not write" in done.stderr
+    assert (folder / "results.json").read_text() == "{}"
+
+
+def test_an_output_inside_a_file_is_refused_before_training(cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    result = cli("demo", "--quick", "--output", tmp_path / "file" / "demo")
+    assert result.code == 1
+    assert "cannot be created" in result.err and "Training" not in result.out
 
 
 def test_next_steps_run_as_printed(quick_demo: DemoRun) -> None:

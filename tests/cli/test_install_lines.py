@@ -1,10 +1,11 @@
-"""The install lines of README.md and docs/getting-started.md work as written, in a fresh venv.
+"""Every documented install line works as written, from a clone, in a fresh venv.
 
 The repository's tracked files are copied to a temporary folder (a clone, as a reader has
-one), and every documented ``python3 -m venv`` / ``.venv/bin/pip install`` command is run
-there by a shell, exactly as the page spells it. Lines for the published package
-(``pip install "pytorch-metric-learning[faiss]"``) address the package index, not a
-clone, and are not run. torch comes from local disk through ``constraints.txt``.
+one), and every ``python3 -m venv`` / ``.venv/bin/pip install`` step of the pages below is
+run there by a shell, exactly as the page spells it, into one fresh ``.venv`` (the steps
+add to each other as a reader's would). torch comes from local disk through
+``constraints.txt``. Lines naming the published package (``"pytorch-metric-learning[...]"``)
+are on the pages only to say that the package index holds 2.x; none may be an install step.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,11 +24,21 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 INLINE = re.compile(r"`([^`]+)`")
+# page -> the section whose commands are install lines (None: the whole page)
+PAGES: dict[str, str | None] = {
+    "docs/getting-started.md": "Install",
+    "README.md": "Set-up commands",
+    "docs/faiss.md": "Installing",
+    "plugins/faiss/README.md": "Install",
+    "docs/migrating.md": None,
+}
 
 
-def section(path: Path, title: str) -> str:
-    """The text of the ``## title`` section of a markdown page."""
+def section(path: Path, title: str | None) -> str:
+    """The text of the ``## title`` section of a markdown page (all of it for ``None``)."""
     text = path.read_text(encoding="utf-8")
+    if title is None:
+        return text
     start = text.index(f"## {title}")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else None]
@@ -50,14 +60,41 @@ def commands(text: str) -> list[str]:
 def install_steps(command: str) -> list[str]:
     """The venv and pip parts of a chained command (running the demo or nox is not install)."""
     parts = [part.strip() for part in command.split("&&")]
-    return [p for p in parts if p.startswith("python3 -m venv") or ".venv/bin/pip install" in p]
+    return [p for p in parts if p.startswith("python3 -m venv") or p.startswith(".venv/bin/pip ")]
+
+
+def documented_steps(root: Path) -> list[str]:
+    """Every install step of the pages, in page order."""
+    return [
+        step
+        for page, title in PAGES.items()
+        for command in commands(section(root / page, title))
+        for step in install_steps(command)
+    ]
 
 
 def run(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
     return subprocess.run(
-        ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )
+
+
+def test_the_pages_document_the_expected_install_lines() -> None:
+    """Fast: what the slow test runs is really there, and every step pins torch."""
+    steps = documented_steps(ROOT)
+    pip_steps = [step for step in steps if step.startswith(".venv/bin/pip ")]
+    assert sum("plugins/faiss" in step for step in steps) >= 4, steps
+    assert any(step.startswith("python3 -m venv") for step in steps), steps
+    for step in pip_steps:
+        assert "-c constraints.txt" in step, step
+        assert "pytorch-metric-learning[" not in step, step
+    readme = commands(section(ROOT / "README.md", "Set-up commands"))
+    assert len(readme) == 2, readme  # the main job, and the whole test suite
+    assert any(c.endswith("pml-eval demo") for c in readme), readme
+    assert any("nox -s tests tests_faiss" in c for c in readme), readme
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "pytorch-metric-learning-faiss" not in pyproject  # no extra that cannot resolve
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +113,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_documented_install_lines_work_as_written(clone: Path) -> None:
-    readme = [c for c in commands(section(clone / "README.md", "Set-up commands"))]
-    started = commands(section(clone / "docs" / "getting-started.md", "Install"))
-    published = [c for c in readme + started if "pytorch-metric-learning[" in c]
-    steps = [s for c in readme + started if c not in published for s in install_steps(c)]
-    # README: the venv + core chain, the faiss plugin step, the test suite's pip install nox;
-    # getting-started: venv, core, plugin, core with plots and the plugin.
-    assert len([s for s in steps if "plugins/faiss" in s]) >= 3, steps
-    assert sum("python3 -m venv" in s for s in steps) >= 3, steps
-
+    steps = list(dict.fromkeys(documented_steps(clone)))  # a repeated line runs once
     first_plugin_step = next(i for i, s in enumerate(steps) if "plugins/faiss" in s)
     for index, step in enumerate(steps):
         if index == first_plugin_step:
@@ -92,16 +121,22 @@ def test_documented_install_lines_work_as_written(clone: Path) -> None:
         done = run(step, clone)
         assert done.returncode == 0, (step, done.stderr[-3000:])
     _check_faiss_works(clone)
+    _check_torch_is_the_pinned_build(clone)
 
 
 def _check_hint_before_the_plugin(clone: Path) -> None:
-    """Without the plugin, the error gives this clone's command, and that command works."""
+    """Without the plugin, the error names this venv's interpreter and this clone's plugin
+    folder, and that command, run as printed from another folder, installs it."""
     code = "from pytorch_metric_learning.evaluation import FaissKNN; FaissKNN()"
     done = run(f".venv/bin/python -c {shlex.quote(code)}", clone)
     assert "BackendNotInstalledError" in done.stderr, done.stderr[-2000:]
-    hint = f"pip install -e {clone / 'plugins' / 'faiss'}"
+    python = clone / ".venv" / "bin" / "python"
+    hint = (
+        f"{shlex.quote(str(python))} -m pip install -e "
+        f"{shlex.quote(str(clone / 'plugins' / 'faiss'))}"
+    )
     assert hint in done.stderr, done.stderr[-2000:]
-    installed = run(f".venv/bin/{hint}", clone)
+    installed = run(hint, clone.parent)
     assert installed.returncode == 0, installed.stderr[-3000:]
 
 
@@ -112,5 +147,14 @@ def _check_faiss_works(clone: Path) -> None:
     for kind in ("knn", "kmeans"):
         statuses = {row["name"]: row["status"] for row in rows[kind]}
         assert statuses.get("faiss") == "ok", rows
-    assert Path(clone / ".venv" / "bin" / "pml-eval").is_file()
-    assert sys.executable  # the test's own interpreter is untouched by the clone's venv
+
+
+def _check_torch_is_the_pinned_build(clone: Path) -> None:
+    """No step pulled another torch (a CUDA build brings gigabytes of nvidia wheels)."""
+    pinned = (clone / "constraints.txt").read_text(encoding="utf-8")
+    version = re.search(r"^torch==(\S+)", pinned, re.MULTILINE)
+    assert version is not None
+    done = run(".venv/bin/python -m pip list --format json", clone)
+    installed = {row["name"].lower(): row["version"] for row in json.loads(done.stdout)}
+    assert installed["torch"].split("+")[0] == version.group(1)
+    assert not [name for name in installed if name.startswith("nvidia-")], installed

@@ -144,6 +144,36 @@ def test_plot(cli, tmp_path: Path, pairs) -> None:
     assert f"Plot written to {plot}" in result.out
 
 
+@pytest.mark.parametrize("similarity", [False, True])
+def test_plot_title_says_what_the_scores_are(
+    cli, tmp_path: Path, pairs, monkeypatch: pytest.MonkeyPatch, similarity: bool
+) -> None:
+    pytest.importorskip("matplotlib")
+    from pytorch_metric_learning import plots
+
+    titles: list[str | None] = []
+    original = plots.plot_verification
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        titles.append(kwargs.get("title"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(plots, "plot_verification", spy)
+    distances, same = pairs
+    scores_file = write(tmp_path / "s.npy", -distances if similarity else distances)
+    labels_file = write(tmp_path / "l.npy", same)
+    extra = ["--similarity"] if similarity else []
+    result = cli(
+        "threshold", scores_file, "--labels", labels_file, "--plot", tmp_path / "p.png", *extra
+    )
+    assert result.code == 0, result.err
+    kind = "similarities, larger" if similarity else "distances, smaller"
+    matching = int(np.asarray(same).sum())
+    assert titles == [
+        f"{len(distances)} pairs of s.npy, {matching} should match (scores: {kind} = more alike)"
+    ]
+
+
 def test_one_npz_with_scores_and_labels(cli, tmp_path: Path, pairs) -> None:
     distances, same = pairs
     path = tmp_path / "pairs.npz"

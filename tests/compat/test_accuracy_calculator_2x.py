@@ -254,6 +254,15 @@ class TestAccuracyCalculatorAs2x(unittest.TestCase):
             calc.get_accuracy(embeddings, labels)
         self.assertIn("max bin count", logs.output[0])
 
+    def test_k_at_or_above_max_bin_count_is_logged_at_info_as_in_2x(self):
+        embeddings = torch.arange(40, dtype=torch.float).reshape(20, 2)
+        labels = torch.arange(20) // 10  # R = 9 for every query
+        for k in (2000, "max_bin_count", 9):
+            calc = AccuracyCalculator(include=("r_precision", "precision_at_1"), k=k)
+            with self.assertLogs(level="INFO") as logs:
+                calc.get_accuracy(embeddings, labels)
+            self.assertTrue(any("k=" in line and "INFO" in line for line in logs.output), logs)
+
 
 POINTS = [0, 1, 3, 10, 11, 20, 22]  # on a line; no two gaps are equal
 LABELS = [0, 0, 1, 1, 1, 2, 2]

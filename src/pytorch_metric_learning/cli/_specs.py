@@ -1,4 +1,6 @@
-"""Backend specs given on the command line: a name, or a JSON object with a ``name``."""
+"""Backend specs given on the command line: a name, or a JSON object with a ``name``.
+
+Parsing a spec needs no torch (the parsers use it); describing one loads the registry."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import json
 from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
-from ..evaluation.search.registry import backend_info
 from ._versions import distribution_version
 
 __all__ = ["parse_spec", "spec_option", "describe_spec"]
@@ -67,6 +68,8 @@ def describe_spec(spec: str | dict[str, Any] | None, kind: str, default: str) ->
         >>> describe_spec(None, "knn", "custom")["name"]
         'custom'
     """
+    from ..evaluation.search.registry import backend_info  # torch: only when a command runs
+
     name = default if spec is None else spec if isinstance(spec, str) else spec["name"]
     found = [info for info in backend_info(kind) if info.name == name]
     distributions = list(found[0].distributions) if found else []

@@ -6,8 +6,10 @@ command line (argparse's errors, contradictory options, a device this machine ca
 an output path that names an input), 3 a backend that is unknown, not installed, broken or
 claimed by several distributions, 4 an unexpected internal error, 130 interrupted.
 
-Only the module of the subcommand being run is imported, so ``pml-eval --help`` and
-``--version`` do not import torch.
+Only the parser of the subcommand being run is imported (from
+:mod:`pytorch_metric_learning.cli.parsers`, which imports no torch), and its work module
+only when it runs: ``--help`` and ``--version``, a subcommand's ``--help`` and every
+argument error answer without importing torch.
 """
 
 from __future__ import annotations
@@ -100,7 +102,9 @@ def _add_verbose(parser: argparse.ArgumentParser, default: Any) -> None:
 
 
 def _command_module(module: str) -> Any:
-    return importlib.import_module(f"{__package__}.{module}")
+    """The torch-free module that defines a subcommand's options (its work is imported
+    only when it runs)."""
+    return importlib.import_module(f"{__package__}.parsers.{module}")
 
 
 def _chosen_command(argv: Sequence[str]) -> str | None:

@@ -14,12 +14,11 @@ from typing import Any, Callable
 from ..errors import PMLError
 from ..evaluation.search.registry import BackendInfo, backend_info, load_kmeans_func, load_knn_func
 from ._backend_check import kmeans_problem, knn_problem
-from ._commands import COMMANDS
 from ._output import format_table, write_results
 from ._paths import check_outputs
 from ._versions import distribution_version
 
-__all__ = ["BackendStatus", "backend_statuses", "add_parser", "run"]
+__all__ = ["BackendStatus", "backend_statuses", "run"]
 
 _LOADERS: dict[str, Callable[[str], Any]] = {"knn": load_knn_func, "kmeans": load_kmeans_func}
 _CHECKS: dict[str, Callable[[Any], str]] = {"knn": knn_problem, "kmeans": kmeans_problem}
@@ -88,28 +87,6 @@ def _reason(error: BaseException) -> str:
     cause = error.__cause__ or error
     text = " ".join(str(cause).split())
     return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``backends`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
-        "backends",
-        help=COMMANDS["backends"][1],
-        description="List every installed k-NN and k-means backend: its name, the "
-        "distribution that provides it with its version, and whether it works: built with "
-        "its defaults and run once on tiny data through the contract checks.",
-    )
-    parser.add_argument(
-        "--check",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="run each backend once on tiny data and check its output (default: on; "
-        "--no-check only imports and builds them)",
-    )
-    parser.add_argument(
-        "--output", metavar="FILE.json", help="also write the listing as JSON ('-' for stdout)"
-    )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,33 +13,32 @@ import torch
 
 from ..errors import InvalidArgumentError
 from ..evaluation import load_kmeans_func, load_knn_func
-from ..evaluation.retrieval.accuracy_calculator import (
-    DEFAULT_METRICS,
-    ON_REQUEST_METRICS,
-    AccuracyCalculator,
-)
-from ._commands import COMMANDS
+from ..evaluation.retrieval.accuracy_calculator import AccuracyCalculator
 from ._errors import UsageError
 from ._intervals import (
-    add_bootstrap_arguments,
     bootstrap_settings,
-    check_ci_options,
-    check_metric_names,
     interval_cell,
     interval_header,
     pop_intervals,
 )
 from ._output import format_table, write_results
 from ._paths import check_outputs
-from ._specs import describe_spec, spec_option
+from ._specs import describe_spec
 from ._versions import environment_versions
 from .loaders import encode_labels, load_embeddings, read_labels
+from .parsers._common import check_ci_options
+from .parsers.evaluate import check_reference_options, input_files
 
-__all__ = ["EvaluationInputs", "load_inputs", "build_calculator", "add_parser", "run"]
+__all__ = [
+    "EvaluationInputs",
+    "load_inputs",
+    "build_calculator",
+    "check_device",
+    "resolve_device",
+    "run",
+]
 
 logger = logging.getLogger(__name__)
-
-KNOWN_METRICS = tuple(sorted(DEFAULT_METRICS + ON_REQUEST_METRICS))
 
 
 @dataclass
@@ -53,92 +52,9 @@ class EvaluationInputs:
     class_names: list[str] | None
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``evaluate`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
-        "evaluate",
-        help=COMMANDS["evaluate"][1],
-        description="Compute precision@1, R-precision, MAP@R, NMI, AMI, ... of embeddings. "
-        "Without --reference, each query is searched among the other queries.",
-    )
-    parser.add_argument("query", metavar="QUERY", help="query embeddings (.npy, .npz, .pt, .csv)")
-    parser.add_argument("--labels", required=True, metavar="FILE", help="labels of QUERY")
-    parser.add_argument("--reference", metavar="FILE", help="embeddings to search in")
-    parser.add_argument("--reference-labels", metavar="FILE", help="labels of --reference")
-    parser.add_argument(
-        "--ref-includes-query",
-        action="store_true",
-        help="the first rows of --reference are QUERY; a query never retrieves itself",
-    )
-    parser.add_argument(
-        "--metrics",
-        type=_metric_names,
-        default=(),
-        metavar="NAME,...",
-        help=f"metrics to compute (default: {','.join(DEFAULT_METRICS)}); "
-        f"also {','.join(ON_REQUEST_METRICS)} and recall_at_K, precision_at_K, "
-        "mean_average_precision_at_K, ndcg_at_K for any K, e.g. recall_at_1,recall_at_4",
-    )
-    parser.add_argument(
-        "--k",
-        type=_k_value,
-        default=None,
-        metavar="K",
-        help="neighbours to retrieve: an int, max_bin_count, or all (default: what the "
-        "metrics need)",
-    )
-    parser.add_argument(
-        "--device", type=check_device, help="torch device to compute on (default: cpu)"
-    )
-    parser.add_argument(
-        "--knn",
-        type=spec_option("--knn"),
-        metavar="SPEC",
-        help='k-NN backend: a name or JSON, e.g. \'{"name": "custom"}\'',
-    )
-    parser.add_argument(
-        "--kmeans",
-        type=spec_option("--kmeans"),
-        metavar="SPEC",
-        help="k-means backend: a name or JSON",
-    )
-    averaging = parser.add_mutually_exclusive_group()
-    averaging.add_argument("--per-class", action="store_true", help="report k-NN metrics per class")
-    averaging.add_argument(
-        "--avg-of-avgs", action="store_true", help="average per class, then over classes"
-    )
-    parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
-    add_bootstrap_arguments(parser, ci_default=None)
-    parser.set_defaults(run=run)
-
-
-def _metric_names(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    return check_metric_names(names, KNOWN_METRICS)
-
-
-def _k_value(text: str) -> int | str | None:
-    if text in ("all", "none", "None"):
-        return None
-    if text == "max_bin_count":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive int, max_bin_count or all. Got {text!r} instead"
-        )
-    return value
-
-
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     """Read and cross-check the query, reference and label files named by ``args``."""
-    if (args.reference is None) != (args.reference_labels is None):
-        raise UsageError("--reference and --reference-labels must be given together")
-    if args.ref_includes_query and args.reference is None:
-        raise UsageError("--ref-includes-query needs --reference")
+    check_reference_options(args)
     query = load_embeddings(args.query)
     raw = [read_labels(args.labels, num_rows=len(query))]
     reference = None
@@ -205,6 +121,21 @@ def check_device(text: str) -> torch.device:
     return device
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device | None:
+    """``--device`` as a ``torch.device`` this machine can compute on; else exit 2.
+
+    Example:
+        >>> resolve_device("cpu"), resolve_device(None)
+        (device(type='cpu'), None)
+    """
+    if device is None or isinstance(device, torch.device):
+        return device
+    try:
+        return check_device(device)
+    except argparse.ArgumentTypeError as error:
+        raise UsageError(f"argument --device: {error}") from None
+
+
 def _device_problem(device: torch.device) -> str:
     """Why ``device`` cannot hold the embeddings here, or ``""``."""
     if device.type == "meta":
@@ -226,8 +157,9 @@ def _device_problem(device: torch.device) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Compute the metrics, print them as a table and/or write them as JSON; return 0."""
-    check_outputs({"--output": args.output}, _input_files(args))
+    check_outputs({"--output": args.output}, input_files(args))
     check_ci_options(args)
+    args.device = resolve_device(args.device)
     inputs = load_inputs(args)
     calculator = build_calculator(args)
     _log_setup(inputs, calculator)
@@ -264,15 +196,6 @@ def _log_setup(inputs: EvaluationInputs, calculator: AccuracyCalculator) -> None
         "k-NN backend: %r; k-means backend: %r", calculator.knn_func, calculator.kmeans_func
     )
     logger.info("k: %s; device: %s", calculator.k, calculator.device or inputs.query.device)
-
-
-def _input_files(args: argparse.Namespace) -> dict[str, str | None]:
-    return {
-        "QUERY": args.query,
-        "--labels": args.labels,
-        "--reference": args.reference,
-        "--reference-labels": args.reference_labels,
-    }
 
 
 def _describe_search(inputs: EvaluationInputs, args: argparse.Namespace) -> str:

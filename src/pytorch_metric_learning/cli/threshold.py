@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,13 +18,13 @@ from ..evaluation import (
     select_threshold,
 )
 from ..evaluation.verification.thresholds import Metric
-from ._commands import COMMANDS
 from ._output import format_table, say_written, write_results
 from ._paths import check_outputs
 from ._versions import environment_versions
 from .loaders import load_match_labels, load_scores
+from .parsers.threshold import TAR_AT_FAR, metric_name
 
-__all__ = ["parse_metric", "add_parser", "run"]
+__all__ = ["parse_metric", "plot_title", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,6 @@ _METRICS: dict[str, Metric] = {
     "accuracy": match_accuracy,
     "balanced_accuracy": match_balanced_accuracy,
 }
-_TAR_AT_FAR = "tar@far="
 
 
 def parse_metric(text: str) -> tuple[str, Metric]:
@@ -44,59 +44,10 @@ def parse_metric(text: str) -> tuple[str, Metric]:
         >>> parse_metric("tar@far=1%")
         ('tar@far=0.01', recall_at_false_match_rate(0.01))
     """
-    name = text.strip().lower()
-    if name in _METRICS:
-        return name, _METRICS[name]
-    if name.startswith(_TAR_AT_FAR):
-        rate = _rate(name[len(_TAR_AT_FAR) :])
-        if rate is not None:
-            return f"{_TAR_AT_FAR}{rate:g}", recall_at_false_match_rate(rate)
-    raise argparse.ArgumentTypeError(
-        f"must be f1, accuracy, balanced_accuracy or tar@far=RATE with RATE between 0 and 1 "
-        f"(or 0% and 100%). Got {text!r} instead"
-    )
-
-
-def _rate(text: str) -> float | None:
-    percent = text.endswith("%")
-    try:
-        rate = float(text[:-1] if percent else text) / (100 if percent else 1)
-    except ValueError:
-        return None
-    return rate if 0 <= rate <= 1 else None
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``threshold`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
-        "threshold",
-        help=COMMANDS["threshold"][1],
-        description="Choose the match threshold that maximizes a metric on labelled pairs. "
-        "SCORES holds one distance per pair (smaller = more alike), or one similarity with "
-        "--similarity; --labels says which pairs should match.",
-    )
-    parser.add_argument(
-        "scores", metavar="SCORES", help="one score per pair (.npy, .npz, .pt, .csv)"
-    )
-    parser.add_argument(
-        "--labels", required=True, metavar="FILE", help="per pair: 1/true if it should match"
-    )
-    parser.add_argument(
-        "--metric",
-        type=parse_metric,
-        default=("f1", match_f1),
-        metavar="METRIC",
-        help="f1 (default), accuracy, balanced_accuracy, or tar@far=RATE (the highest true "
-        "match rate at a false match rate of at most RATE)",
-    )
-    parser.add_argument(
-        "--similarity", action="store_true", help="scores are similarities (larger = more alike)"
-    )
-    parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
-    parser.add_argument(
-        "--plot", metavar="FILE.png", help="draw the metric against the threshold, ROC and DET"
-    )
-    parser.set_defaults(run=run)
+    name = metric_name(text)
+    if name.startswith(TAR_AT_FAR):
+        return name, recall_at_false_match_rate(float(name[len(TAR_AT_FAR) :]))
+    return name, _METRICS[name]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     )
     scores = load_scores(args.scores)
     labels = load_match_labels(args.labels, num_rows=len(scores))
-    name, metric = args.metric
+    name, metric = parse_metric(args.metric)
     logger.info(
         "Read %d scores (%d should match); metric: %s", len(scores), int(labels.sum()), name
     )
@@ -174,6 +125,20 @@ def _render(record: dict[str, Any]) -> str:
     return header + "\n" + format_table(["", "value"], rows)
 
 
+def plot_title(scores: str, num_pairs: int, num_matching: int, is_similarity: bool) -> str:
+    """What the plotted scores are, as the demo's "Validation pairs (cosine similarity)".
+
+    Example:
+        >>> plot_title("val_pairs.npz", 10, 4, is_similarity=True)
+        '10 pairs of val_pairs.npz, 4 should match (scores: similarities, larger = more alike)'
+    """
+    kind = "similarities, larger" if is_similarity else "distances, smaller"
+    return (
+        f"{num_pairs} pairs of {Path(scores).name}, {num_matching} should match "
+        f"(scores: {kind} = more alike)"
+    )
+
+
 def _plot(
     args: argparse.Namespace,
     scores: torch.Tensor,
@@ -192,6 +157,6 @@ def _plot(
         metric=metric,
         metric_name=name,
         threshold=threshold,
-        title=str(args.scores),
+        title=plot_title(args.scores, len(scores), int(labels.sum()), args.similarity),
     )
     say_written("Plot", path, to_stderr=args.output == "-")

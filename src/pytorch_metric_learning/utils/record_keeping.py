@@ -288,9 +288,11 @@ def make_tensorboard_writer(folder: PathLike) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
+        from ..evaluation.search._install_hint import extra_install_hint
+
         raise BackendNotInstalledError(
             "TensorBoard logging needs the 'tensorboard' package: "
-            'pip install "pytorch-metric-learning[tensorboard]", or pass '
+            f"{extra_install_hint('tensorboard')}, or pass "
             "tensorboard_folder=None to log to CSV and SQLite only."
         ) from error
     return SummaryWriter(log_dir=os.fspath(folder))

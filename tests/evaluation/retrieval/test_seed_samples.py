@@ -20,5 +20,13 @@ def test_custom_knn_sample() -> None:
 def test_logging_sample() -> None:
     import logging
 
-    logging.basicConfig()
-    logging.getLogger("pytorch_metric_learning").setLevel(logging.INFO)
+    # The sample changes process-wide logging: it is put back afterwards for the tests that
+    # run after it in this worker (test_registry.py checks the library is silent by default).
+    library = logging.getLogger("pytorch_metric_learning")
+    level, handlers = library.level, list(logging.root.handlers)
+    try:
+        logging.basicConfig()
+        logging.getLogger("pytorch_metric_learning").setLevel(logging.INFO)
+    finally:
+        library.setLevel(level)
+        logging.root.handlers[:] = handlers

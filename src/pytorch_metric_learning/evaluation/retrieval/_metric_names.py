@@ -9,12 +9,12 @@ maps every k-NN metric name (built-in or parametrized) to its per-query function
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from ..._metric_catalog import FAMILIES, describe_families, parametrized_parts
 from . import metrics
 
 __all__ = [
@@ -26,15 +26,6 @@ __all__ = [
 ]
 
 PerQueryFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-# The families, as they are written in messages and docs.
-FAMILIES = (
-    "recall_at_<K>",
-    "precision_at_<K>",
-    "mean_average_precision_at_<K>",
-    "ndcg_at_<K>",
-)
-_PATTERN = re.compile(r"(recall|precision|mean_average_precision|ndcg)_at_([1-9][0-9]*)")
 
 # Per-query values of the built-in k-NN metrics, from (relevance, R).
 _BUILTIN: dict[str, PerQueryFunction] = {
@@ -82,10 +73,8 @@ def parse_metric_name(name: object) -> ParametrizedMetric | None:
         >>> parse_metric_name("mean_average_precision_at_r") is None
         True
     """
-    match = _PATTERN.fullmatch(name) if isinstance(name, str) else None
-    if match is None:
-        return None
-    return ParametrizedMetric(match.group(1), int(match.group(2)))
+    parts = parametrized_parts(name)
+    return None if parts is None else ParametrizedMetric(*parts)
 
 
 def per_query_function(name: str) -> PerQueryFunction | None:
@@ -97,13 +86,3 @@ def per_query_function(name: str) -> PerQueryFunction | None:
         [1.0, 0.0]
     """
     return _BUILTIN.get(name) or parse_metric_name(name)
-
-
-def describe_families() -> str:
-    """The families for error messages and help texts.
-
-    Example:
-        >>> describe_families()
-        'recall_at_<K>, precision_at_<K>, mean_average_precision_at_<K>, ndcg_at_<K> (K >= 1)'
-    """
-    return ", ".join(FAMILIES) + " (K >= 1)"

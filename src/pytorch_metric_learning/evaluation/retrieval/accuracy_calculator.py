@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS
 from ..._validation import check_embeddings, check_same_device, float_if_integer, invalid
 from ..._warnings import warn_external
 from ...distances import LpDistance
@@ -43,16 +44,6 @@ __all__ = ["AccuracyCalculator", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METR
 
 OWNER = "AccuracyCalculator"
 logger = logging.getLogger(__name__)
-# Computed when include=() ...
-DEFAULT_METRICS = (
-    "AMI",
-    "NMI",
-    "mean_average_precision_at_r",
-    "precision_at_1",
-    "r_precision",
-)
-# ... and these only when asked for.
-ON_REQUEST_METRICS = ("mean_average_precision", "mean_reciprocal_rank")
 _R_METRICS = frozenset({"r_precision", "mean_average_precision_at_r"})
 _ONE_NEIGHBOUR_METRICS = frozenset({"precision_at_1"})
 # Relevance elements processed at once by a metric (bounds float64 temporaries).
@@ -551,6 +542,7 @@ class AccuracyCalculator:
                 self.determine_k(stats.match_counts, len(reference), ref_includes_query),
                 len(reference) - int(ref_includes_query),
             )
+        logger.info("AccuracyCalculator: k=%d neighbours per query (k=%r)", k, self.k)
         distances, indices = self._search(query, k, reference, ref_includes_query)
         needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None

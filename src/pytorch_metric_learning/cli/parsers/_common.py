@@ -1,0 +1,153 @@
+"""Option types and the deferred runner shared by the subcommands' parsers (no torch)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from ..._metric_catalog import describe_families, parametrized_parts
+from .._errors import UsageError
+
+__all__ = [
+    "Deferred",
+    "positive_int",
+    "ci_level",
+    "device_name",
+    "metric_names",
+    "check_metric_names",
+    "add_bootstrap_arguments",
+    "check_ci_options",
+]
+
+Check = Callable[[argparse.Namespace], None]
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """``args.run`` of a subcommand: run the torch-free checks, then import the work module.
+
+    Attributes:
+        module: The work module under ``pytorch_metric_learning.cli`` (``"evaluate"``).
+        checks: Checks of the parsed options that need no file and no torch; each raises
+            :class:`UsageError` (exit 2).
+    """
+
+    module: str
+    checks: tuple[Check, ...] = ()
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        for check in self.checks:
+            check(args)
+        work = importlib.import_module(f"{__package__.rpartition('.')[0]}.{self.module}")
+        return int(work.run(args))
+
+
+def positive_int(text: str) -> int:
+    """An int of at least 1 (an argparse ``type``).
+
+    Example:
+        >>> positive_int("3")
+        3
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int. Got {text!r} instead")
+    return value
+
+
+def ci_level(text: str) -> float:
+    """A confidence level given in percent, e.g. ``95``, as a fraction.
+
+    Example:
+        >>> ci_level("95")
+        0.95
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 < value < 100:  # 0.95 is a fraction typed by mistake, not a 0.95% interval
+        raise argparse.ArgumentTypeError(
+            f"must be a percentage between 1 and 100, e.g. 95. Got {text!r} instead"
+        )
+    return value / 100
+
+
+_DEVICE = re.compile(r"[a-z][a-z0-9_]*(:[0-9]+)?")
+
+
+def device_name(text: str) -> str:
+    """The spelling of a torch device (``cpu``, ``cuda:1``); whether this machine has it is
+    checked when the command runs, with torch.
+
+    Example:
+        >>> device_name("cuda:0")
+        'cuda:0'
+    """
+    if not _DEVICE.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(
+            f"must be a torch device such as cpu or cuda:0. Got {text!r} instead"
+        )
+    return text.strip()
+
+
+def check_metric_names(names: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
+    """Known names and ``recall_at_<K>``-style names pass; others are an argparse error.
+
+    Example:
+        >>> check_metric_names(("precision_at_1", "recall_at_4"), ("precision_at_1",))
+        ('precision_at_1', 'recall_at_4')
+    """
+    unknown = [name for name in names if name not in known and parametrized_parts(name) is None]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown metric {unknown[0] if unknown else ''!r}; choose among "
+            f"{', '.join(known)}, or {describe_families()}"
+        )
+    return names
+
+
+def metric_names(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse ``type`` for ``--metrics NAME,...`` among ``known`` and the families."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(name.strip() for name in text.split(",") if name.strip())
+        return check_metric_names(names, known)
+
+    return parse
+
+
+def add_bootstrap_arguments(parser: argparse.ArgumentParser, ci_default: float | None) -> None:
+    """``--ci``, ``--ci-by-class``, ``--resamples`` and ``--seed``."""
+    default = "" if ci_default is None else f" (default: {ci_default * 100:g})"
+    parser.add_argument(
+        "--ci",
+        type=ci_level,
+        default=ci_default,
+        metavar="PERCENT",
+        help=f"percentile-bootstrap interval over queries at this level, e.g. 95{default}",
+    )
+    parser.add_argument(
+        "--ci-by-class",
+        action="store_true",
+        help="resample whole classes instead of queries (queries of a class are correlated)",
+    )
+    parser.add_argument(
+        "--resamples", type=positive_int, default=1000, help="bootstrap resamples (default: 1000)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+
+
+def check_ci_options(args: argparse.Namespace) -> None:
+    """Intervals are of plain averages over queries: not per class, not of class averages."""
+    if args.ci is not None and (args.per_class or args.avg_of_avgs):
+        raise UsageError(
+            "--ci gives intervals of averages over queries; it cannot be combined with "
+            "--per-class or --avg-of-avgs"
+        )
