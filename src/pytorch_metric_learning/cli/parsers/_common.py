@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..._metric_catalog import describe_families, parametrized_parts
+from .._commands import COMMANDS
 from .._errors import UsageError
 
 __all__ = [
     "Deferred",
+    "add_command",
     "positive_int",
     "ci_level",
     "device_name",
@@ -43,6 +45,16 @@ class Deferred:
             check(args)
         work = importlib.import_module(f"{__package__.rpartition('.')[0]}.{self.module}")
         return int(work.run(args))
+
+
+def add_command(
+    subparsers: argparse._SubParsersAction, name: str, description: str
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name``, with its one-line help from the command table."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=COMMANDS[name][1], description=description
+    )
+    return parser
 
 
 def positive_int(text: str) -> int:

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from .._commands import COMMANDS
 from .._paths import check_outputs
-from ._common import Deferred
+from ._common import Deferred, add_command
 
 __all__ = ["add_parser"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``backends`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "backends",
-        help=COMMANDS["backends"][1],
-        description="List every installed k-NN and k-means backend: its name, the "
+        "List every installed k-NN and k-means backend: its name, the "
         "distribution that provides it with its version, and whether it works: built with "
         "its defaults and run once on tiny data through the contract checks.",
     )

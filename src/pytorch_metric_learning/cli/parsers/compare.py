@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ..._metric_catalog import ON_REQUEST_METRICS
-from .._commands import COMMANDS
 from .._errors import UsageError
 from .._paths import check_outputs
 from .._specs import spec_option
-from ._common import Deferred, add_bootstrap_arguments, device_name, metric_names
+from ._common import Deferred, add_bootstrap_arguments, add_command, device_name, metric_names
 
 __all__ = ["COMPARED_METRICS", "add_parser", "check_references", "input_files"]
 
@@ -20,10 +19,10 @@ _KNOWN = tuple(sorted(COMPARED_METRICS + ON_REQUEST_METRICS))
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``compare`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "compare",
-        help=COMMANDS["compare"][1],
-        description="Score model A's and model B's embeddings of the same queries, and report "
+        "Score model A's and model B's embeddings of the same queries, and report "
         "each metric for both, the difference B - A, its bootstrap interval, and the p-value "
         "of 'B is no better than A'. Without --reference, each query is searched among the "
         "other queries of the same model.",

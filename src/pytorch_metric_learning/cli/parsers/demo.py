@@ -11,8 +11,7 @@ import os
 from pathlib import Path
 
 from ...errors import InvalidArgumentError
-from .._commands import COMMANDS
-from ._common import Deferred, positive_int
+from ._common import Deferred, add_command, positive_int
 
 __all__ = ["MARKER", "OUTPUT_NAMES", "check_output_folder", "add_parser"]
 
@@ -74,10 +73,10 @@ def _check_writable(folder: Path) -> None:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "demo",
-        help=COMMANDS["demo"][1],
-        description="Run the library's main job end to end on the UCI handwritten digits "
+        "Run the library's main job end to end on the UCI handwritten digits "
         "(bundled with scikit-learn; no network): train a small embedding network with "
         "validation after each epoch, keep the best model, score the test split, choose a "
         "verification threshold, and write checkpoints, records and plots.",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 
 from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS
-from .._commands import COMMANDS
 from .._errors import UsageError
 from .._paths import check_outputs
 from .._specs import spec_option
 from ._common import (
     Deferred,
     add_bootstrap_arguments,
+    add_command,
     check_ci_options,
     device_name,
     metric_names,
@@ -24,10 +24,10 @@ KNOWN_METRICS = tuple(sorted(DEFAULT_METRICS + ON_REQUEST_METRICS))
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "evaluate",
-        help=COMMANDS["evaluate"][1],
-        description="Compute precision@1, R-precision, MAP@R, NMI, AMI, ... of embeddings. "
+        "Compute precision@1, R-precision, MAP@R, NMI, AMI, ... of embeddings. "
         "Without --reference, each query is searched among the other queries.",
     )
     parser.add_argument("query", metavar="QUERY", help="query embeddings (.npy, .npz, .pt, .csv)")

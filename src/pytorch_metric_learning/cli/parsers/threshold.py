@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .._commands import COMMANDS
 from .._paths import check_outputs
-from ._common import Deferred
+from ._common import Deferred, add_command
 
 __all__ = ["TAR_AT_FAR", "METRIC_NAMES", "metric_name", "add_parser"]
 
@@ -46,10 +45,10 @@ def _rate(text: str) -> float | None:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``threshold`` subcommand to ``pml-eval``'s subparsers."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "threshold",
-        help=COMMANDS["threshold"][1],
-        description="Choose the match threshold that maximizes a metric on labelled pairs. "
+        "Choose the match threshold that maximizes a metric on labelled pairs. "
         "SCORES holds one distance per pair (smaller = more alike), or one similarity with "
         "--similarity; --labels says which pairs should match.",
     )
