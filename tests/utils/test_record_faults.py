@@ -72,7 +72,7 @@ def test_defect3_csv_failure_is_completed_by_the_next_save(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     if failing == "append":
-        monkeypatch.setattr(_record_csv, "open", broken, raising=False)
+        monkeypatch.setattr(_record_csv, "append_bytes", broken)
     else:
         monkeypatch.setattr(os, "replace", broken)
     with pytest.raises(FileWriteError, match=r"\.csv"):
@@ -95,7 +95,7 @@ def test_defect3_a_new_keeper_completes_csv_files_after_a_crash(
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies after SQLite committed
 
-    monkeypatch.setattr(_record_csv, "open", killed, raising=False)
+    monkeypatch.setattr(_record_csv, "append_bytes", killed)
     fill(keeper, range(2, 5))
     with pytest.raises(KeyboardInterrupt):
         keeper.save_records()
