@@ -47,6 +47,7 @@ __all__ = [
     "append_bytes",
     "atomic_write",
     "atomic_write_text",
+    "atomic_save_to_path",
     "fsync_folder",
     "make_folder",
     "path_kind",
@@ -62,6 +63,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
 _SPECIAL_FOLDERS = ("/dev", "/proc")
 _TEMP_TRIES = 100
+_NOT_REGULAR = "it is not a regular file (a FIFO, a device or a link to one)"
 
 
 def atomic_write(
@@ -109,6 +111,30 @@ def atomic_write_text(
     """
     data = text.encode("utf-8")
     return atomic_write(path, lambda handle: handle.write(data), in_place=in_place)
+
+
+def atomic_save_to_path(
+    path: str | os.PathLike[str], save: Callable[[str], object], what: str = "file"
+) -> Path:
+    """:func:`atomic_write` for a writer that takes a file *name* (``faiss.write_index``, a
+    backend's ``save(path)``): ``save`` gets the name of the temporary file this call
+    created, which is then renamed onto ``path``. Special files are refused.
+
+    Example:
+        >>> import tempfile
+        >>> target = Path(tempfile.mkdtemp()) / "index.bin"
+        >>> atomic_save_to_path(target, lambda name: Path(name).write_bytes(b"ix")).read_bytes()
+        b'ix'
+    """
+    path = Path(path)
+    kind = path_kind(path)
+    if kind in ("folder", "special"):
+        raise _refused(path, what, "it is a folder" if kind == "folder" else _NOT_REGULAR)
+    keep = _mode_to_keep(path) if kind == "file" else None
+    _replace_through_temp(path, lambda _handle, name: save(name), what, keep)
+    fsync_folder(path.parent)
+    remove_leftovers(path.parent, re.compile(re.escape(path.name)))
+    return path
 
 
 def write_error(path: Path, error: BaseException, what: str = "file") -> FileWriteError:
@@ -186,13 +212,11 @@ def write_atomically(
         raise _refused(path, what, "it is a folder")
     if kind == "special":
         if not in_place:
-            raise _refused(
-                path, what, "it is not a regular file (a FIFO, a device or a link to one)"
-            )
+            raise _refused(path, what, _NOT_REGULAR)
         _write_in_place(path, write, what)
         return False
     keep = _mode_to_keep(path) if kind == "file" else None
-    _replace_through_temp(path, write, what, keep)
+    _replace_through_temp(path, lambda handle, _name: write(handle), what, keep)
     return True
 
 
@@ -263,8 +287,13 @@ def remove_leftovers(folder: Path, target: re.Pattern[str]) -> list[Path]:
 
 # ---------------------------------------------------------------------------- internals
 def _replace_through_temp(
-    path: Path, write: Callable[[IO[bytes]], object], what: str, keep: os.stat_result | None
+    path: Path,
+    write: Callable[[IO[bytes], str], object],
+    what: str,
+    keep: os.stat_result | None,
 ) -> None:
+    """Create a temporary file, ``write(handle, its name)``, sync it, rename it onto
+    ``path``. The handle stays open (and locked) until the rename."""
     tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -273,9 +302,9 @@ def _replace_through_temp(
             _lock(fd)
             if keep is not None:
                 _keep_mode(fd, keep)
-            write(handle)
+            write(handle, str(tmp))
             handle.flush()
-            os.fsync(handle.fileno())
+            _fsync_name(tmp, fd)
             os.replace(tmp, path)
             tmp = None  # renamed: the name is no longer ours
     except BaseException as error:
@@ -286,6 +315,17 @@ def _replace_through_temp(
         if cause is None:
             raise
         raise write_error(path, cause, what) from error
+
+
+def _fsync_name(tmp: Path, fd: int) -> None:
+    """fsync what was written through ``fd`` and, if a writer wrote the name itself, that."""
+    os.fsync(fd)
+    with contextlib.suppress(OSError):
+        other = os.open(tmp, os.O_RDONLY | _NOFOLLOW)
+        try:
+            os.fsync(other)
+        finally:
+            os.close(other)
 
 
 def _create_temp(path: Path) -> tuple[Path, int]:
