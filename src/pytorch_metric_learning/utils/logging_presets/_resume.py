@@ -176,9 +176,17 @@ def set_aside_everything(
 
 def check_no_best_set(names: Sequence[str], folder: PathLike, recorded_best: int | None) -> None:
     """Raise ResumeError when ``folder`` has no complete best set of ``names`` although
-    best checkpoints of some of them exist, or the records name a best epoch."""
+    the records name a best epoch. Without such records, best checkpoints of some of the
+    objects only are an incomplete set (a first save killed between two files): a
+    warning, and nothing to load."""
     owners = sorted(n for n in names if saved_epochs(folder, n, tag="best"))
-    if not owners and recorded_best is None:
+    if recorded_best is None:
+        if owners:
+            _warn(
+                f"The model folder {str(folder)!r} has best checkpoints of {owners} only, "
+                "an incomplete set of no recorded epoch (a save interrupted between two "
+                "files): there is no best model to load yet."
+            )
         return
     found = f"best checkpoints of {owners} only" if owners else "no best checkpoint"
     raise ResumeError(
