@@ -41,10 +41,11 @@ def expected_best(last_epoch: int) -> int:
 class Run:
     """One training process: record keeper, hooks, state and epoch hook on ``root``."""
 
-    def __init__(self, root: Path, patience: int | None = None) -> None:
+    def __init__(self, root: Path, patience: int | None = None, tensorboard: bool = False) -> None:
         self.root = root
         self.model_folder = root / "models"
-        self.keeper, _, _ = logging_presets.get_record_keeper(root / "logs")
+        tensorboard_folder = root / "tb" if tensorboard else None
+        self.keeper, _, _ = logging_presets.get_record_keeper(root / "logs", tensorboard_folder)
         self.hooks = logging_presets.get_hook_container(self.keeper, log_freq=1)
         trunk = torch.nn.Linear(3, 2)
         optimizer = torch.optim.SGD(trunk.parameters(), lr=0.1, momentum=0.9)
