@@ -98,9 +98,7 @@ def atomic_write(
     return path
 
 
-def atomic_write_text(
-    path: str | os.PathLike[str], text: str, *, in_place: bool = False
-) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, in_place: bool = False) -> Path:
     """Write ``text`` as UTF-8 to ``path`` (see :func:`atomic_write`).
 
     Example:

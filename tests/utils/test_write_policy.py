@@ -405,7 +405,7 @@ def test_csv_file_names_never_collide(tmp_path: Path) -> None:
     keeper.save_records()
     paths = [keeper.csv_path("g", name) for name in names]
     assert len({str(p).lower() for p in paths}) == len(names)
-    for i, (name, path) in enumerate(zip(names, paths)):
+    for i, path in enumerate(paths):
         assert path.parent == tmp_path / "g"
         assert path.read_text(encoding="utf-8").splitlines()[1:] == [f"1,{float(i)!r}"]
     keeper.close()

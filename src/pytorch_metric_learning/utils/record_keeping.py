@@ -51,7 +51,6 @@ from ..errors import (
     InvalidStepError,
     InvalidTypeError,
 )
-from .checkpoints import set_aside
 from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file, tail_agrees
 from ._records_db import (
     SET_ASIDE,
@@ -63,6 +62,7 @@ from ._records_db import (
     open_database,
     sqlite_error,
 )
+from .checkpoints import set_aside
 
 __all__ = ["Record", "SQLiteManager", "RecordKeeper", "make_tensorboard_writer", "safe_file_name"]
 
@@ -477,7 +477,11 @@ class RecordKeeper:
             _check_storable_text(param, text, f"the {param} {text!r}")
         if not _INT64[0] <= step <= _INT64[1]:
             raise invalid(
-                "step", _OWNER, "an int SQLite can store (-2**63 to 2**63-1)", step, InvalidStepError
+                "step",
+                _OWNER,
+                "an int SQLite can store (-2**63 to 2**63-1)",
+                step,
+                InvalidStepError,
             )
         now = time.time()
         # Every value is checked before any is queued: a bad one queues nothing.

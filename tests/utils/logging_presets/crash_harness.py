@@ -9,8 +9,8 @@ checked against a plain, independent expectation.
 from __future__ import annotations
 
 import csv
-import os
 import math
+import os
 import sqlite3
 from pathlib import Path
 

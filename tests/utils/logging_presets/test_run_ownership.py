@@ -29,7 +29,6 @@ from hook_fakes import PRIMARY_KEY, folder_snapshot
 
 from pytorch_metric_learning.errors import FileWriteError, FolderInUseError, ResumeError
 from pytorch_metric_learning.utils import logging_presets
-from pytorch_metric_learning.utils.record_keeping import RecordKeeper
 
 needs_fork = pytest.mark.skipif(
     sys.platform == "win32" or not hasattr(os, "fork"), reason="needs fork and flock"
@@ -168,7 +167,7 @@ def test_start_fresh_moves_exactly_this_containers_groups(
         prefix: logging_presets.get_hook_container(keeper, record_group_name_prefix=prefix)
         for prefix in (mine, theirs)
     }
-    for prefix, container in hooks.items():
+    for container in hooks.values():
         group = container.accuracy_group_name("val")
         keeper.update_records({PRIMARY_KEY: 0.5}, 1, group, step_name="epoch")
         loss_group = container.record_group_name("loss_histories")
