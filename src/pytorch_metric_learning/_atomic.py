@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 _LEFTOVER = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{8}\.tmp")  # secrets.token_hex(4)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
 _SPECIAL_FOLDERS = ("/dev", "/proc")
 _TEMP_TRIES = 100
@@ -226,7 +227,7 @@ def append_bytes(path: Path, data: bytes, what: str = "file") -> None:
         FileWriteError: naming ``path``: it is a link, not a regular file, or the write
             failed.
     """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | os.O_NONBLOCK | _BINARY
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _BINARY
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as error:
@@ -342,7 +343,7 @@ def _write_in_place(path: Path, write: Callable[[IO[bytes]], object], what: str)
     """Open a FIFO or a device as ``>`` does and write into it. A FIFO without a reader
     is refused at once (``O_NONBLOCK``) instead of blocking forever."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | _BINARY)
+        fd = os.open(path, os.O_WRONLY | _NONBLOCK | _BINARY)
     except OSError as error:
         if error.errno == errno.ENXIO:
             raise _refused(path, what, "it is a FIFO that no process reads") from error
@@ -350,7 +351,7 @@ def _write_in_place(path: Path, write: Callable[[IO[bytes]], object], what: str)
     try:
         if fcntl is not None:
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~_NONBLOCK)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -367,10 +368,11 @@ def _mode_to_keep(path: Path) -> os.stat_result | None:
 
 def _keep_mode(fd: int, old: os.stat_result) -> None:
     """Give the new file the old one's mode and, where permitted, its owner."""
-    if (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()) and hasattr(os, "fchown"):
+    if hasattr(os, "fchown") and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
         with contextlib.suppress(OSError):
             os.fchown(fd, old.st_uid, old.st_gid)
-    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+    if hasattr(os, "fchmod"):  # POSIX; elsewhere only the read-only bit exists
+        os.fchmod(fd, stat.S_IMODE(old.st_mode))
 
 
 def _lock(fd: int) -> None:
@@ -383,7 +385,7 @@ def _unlink_if_abandoned(path: Path) -> bool:
     """Remove a temporary file unless a live writer holds its lock."""
     if fcntl is not None:
         try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
         except OSError:
             return False
         try:

@@ -96,9 +96,9 @@ def lock_folder(folder: str | os.PathLike[str], what: str) -> FolderLock:
 
 
 def _acquire(folder: Path, what: str) -> int:
+    if fcntl is None:  # pragma: no cover - Windows: nothing is locked
+        return -1
     fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    if fcntl is None:  # pragma: no cover - Windows
-        return fd
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
@@ -140,6 +140,6 @@ def _drop(key: tuple[int, str]) -> None:
         if held.count > 0:
             return
         del _held[key]
-    if key[0] == os.getpid():  # a forked child never unlocks its parent's lock
+    if key[0] == os.getpid() and held.fd >= 0:  # a forked child never unlocks its parent's
         with contextlib.suppress(OSError):
             os.close(held.fd)

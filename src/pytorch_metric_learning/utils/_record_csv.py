@@ -51,7 +51,7 @@ def append_rows(path: Path, rows: Sequence[tuple[int, float]]) -> None:
 
 
 def tail_agrees(path: Path, header: Sequence[str], last_step: int | None) -> bool:
-    """Whether rows may be appended to ``path``: it is a regular file (not a link), it
+    r"""Whether rows may be appended to ``path``: it is a regular file (not a link), it
     ends with a full line, and that line is the row of ``last_step`` (the header when
     ``last_step`` is None). Anything else means the file must be rebuilt from SQLite.
 
@@ -63,7 +63,8 @@ def tail_agrees(path: Path, header: Sequence[str], last_step: int | None) -> boo
         (True, False)
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
     except OSError:
         return False
     try:
@@ -71,7 +72,8 @@ def tail_agrees(path: Path, header: Sequence[str], last_step: int | None) -> boo
         if not stat.S_ISREG(info.st_mode):
             return False
         start = max(0, info.st_size - _TAIL)
-        tail = os.pread(fd, info.st_size - start, start)
+        os.lseek(fd, start, os.SEEK_SET)
+        tail = os.read(fd, info.st_size - start)
     except OSError:
         return False
     finally:
