@@ -25,6 +25,7 @@ __all__ = [
     "FileWriteError",
     "CorruptFileError",
     "ResumeError",
+    "FolderInUseError",
     "MetricNotRecordedError",
     "NotInThisLibraryError",
 ]
@@ -100,6 +101,14 @@ class CorruptFileError(PMLError, ValueError):
 
 class ResumeError(PMLError, RuntimeError):
     """Resuming training would lose or mix up data, so nothing was loaded or changed."""
+
+
+class FolderInUseError(FileWriteError, ResumeError):
+    """Another live process holds the model or record folder (its lock file): two runs in
+    one folder would mix their checkpoints and records. Nothing was written or loaded.
+
+    A :class:`FileWriteError` (an ``OSError``) and a :class:`ResumeError` (a
+    ``RuntimeError``), as either is what the write or the resume would have raised."""
 
 
 class MetricNotRecordedError(InvalidArgumentError, KeyError):

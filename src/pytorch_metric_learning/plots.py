@@ -420,5 +420,8 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _save(figure: Figure, path: PathLike) -> Path:
-    """Write the PNG atomically: a failed save leaves any earlier plot at ``path`` intact."""
-    return atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=120))
+    """Write the PNG atomically: a failed save leaves any earlier plot at ``path`` intact;
+    a FIFO or a device is written in place, never replaced (see ``_atomic``)."""
+    return atomic_write(
+        path, lambda handle: figure.savefig(handle, format="png", dpi=120), in_place=True
+    )

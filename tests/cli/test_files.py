@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -312,3 +313,66 @@ def test_compare_usage_errors(cli, tmp_path: Path, option: str, value: str) -> N
     result = cli("compare", a, a, "--labels", labels, option, value)
     assert result.code == 2
     assert f"argument {option}" in error_line(result.err)
+
+
+# ---------------------------------------------------------------- issue 30: special paths
+def _null_device(tmp_path: Path) -> Path:
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    return node
+
+
+def test_output_to_a_device_is_written_in_place_never_replaced(cli, files, tmp_path) -> None:
+    node = _null_device(tmp_path)
+    before = os.lstat(node)
+    result = _evaluate(cli, files, node)
+    assert result.code == 0, result.err
+    after = os.lstat(node)
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+    assert after.st_ino == before.st_ino
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_output_to_a_fifo_reaches_its_reader(cli, files, tmp_path: Path) -> None:
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        result = _evaluate(cli, files, fifo)  # the JSON fits the pipe's buffer
+        assert result.code == 0, result.err
+        data = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert json.loads(data)["settings"]["num_queries"] == 30
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_fifo_nobody_reads_is_refused_at_once(cli, files, tmp_path: Path) -> None:
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)
+    result = _evaluate(cli, files, fifo)
+    assert result.code == 1 and "no process reads" in result.err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_replaced_output_keeps_its_mode(cli, files) -> None:
+    files["out"].write_bytes(PREVIOUS)
+    os.chmod(files["out"], 0o600)
+    assert _evaluate(cli, files, files["out"]).code == 0
+    assert stat.S_IMODE(files["out"].stat().st_mode) == 0o600
+    assert json.loads(files["out"].read_text())["settings"]["num_queries"] == 30
+
+
+def test_an_output_link_is_replaced_not_written_through(cli, files, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere" / "precious.txt"
+    outside.parent.mkdir()
+    outside.write_bytes(b"precious\n")
+    link = tmp_path / "out" / "results.json"
+    link.parent.mkdir()
+    link.symlink_to(outside)
+    assert _evaluate(cli, files, link).code == 0
+    assert outside.read_bytes() == b"precious\n"
+    assert not link.is_symlink() and json.loads(link.read_text())["settings"]

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from pytorch_metric_learning.errors import CorruptFileError, FileWriteError, InvalidTypeError
+from pytorch_metric_learning.errors import (
+    CorruptFileError,
+    FileWriteError,
+    InvalidArgumentError,
+    InvalidTypeError,
+)
 from pytorch_metric_learning.utils import _record_csv
 from pytorch_metric_learning.utils.record_keeping import RecordKeeper, SQLiteManager
 
@@ -72,7 +77,7 @@ def test_defect3_csv_failure_is_completed_by_the_next_save(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     if failing == "append":
-        monkeypatch.setattr(_record_csv, "open", broken, raising=False)
+        monkeypatch.setattr(_record_csv, "append_bytes", broken)
     else:
         monkeypatch.setattr(os, "replace", broken)
     with pytest.raises(FileWriteError, match=r"\.csv"):
@@ -95,7 +100,7 @@ def test_defect3_a_new_keeper_completes_csv_files_after_a_crash(
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies after SQLite committed
 
-    monkeypatch.setattr(_record_csv, "open", killed, raising=False)
+    monkeypatch.setattr(_record_csv, "append_bytes", killed)
     fill(keeper, range(2, 5))
     with pytest.raises(KeyboardInterrupt):
         keeper.save_records()
@@ -191,3 +196,74 @@ def test_tensorboard_gets_the_records_even_when_a_csv_write_fails(
     keeper.save_records()
     assert log.scalars == [("g/loss", 0.5, 1), ("g/loss", 0.25, 2)]  # each once
     assert csv_rows(tmp_path) == sqlite_rows(tmp_path / "records.db")
+
+
+# ---------------------------------------------------------------- issue 30, part 4
+UNSTORABLE = [
+    pytest.param({"acc\udc80": 0.5}, 1, "g", id="lone-surrogate-in-a-name"),
+    pytest.param({"acc": 0.5}, 1, "g\ud800", id="lone-surrogate-in-the-group"),
+    pytest.param({"acc": 0.5}, 2**64 - 1, "g", id="step-2**64-1"),
+    pytest.param({"acc": 0.5}, -(2**63) - 1, "g", id="step-below-int64"),
+    pytest.param({"acc": 10**400}, 1, "g", id="value-10**400"),
+]
+
+
+@pytest.mark.parametrize(("records", "step", "group"), UNSTORABLE)
+def test_an_unstorable_record_is_refused_at_once_naming_it(
+    tmp_path: Path, records: dict, step: int, group: str
+) -> None:
+    keeper = RecordKeeper(tmp_path)
+    keeper.update_records({"good": 1.0}, 0, "g")
+    with pytest.raises(InvalidArgumentError) as caught:
+        keeper.update_records(records, step, group)
+    message = str(caught.value)
+    assert "acc" in message or "step" in message or "group" in message
+    keeper.update_records({"good": 2.0}, 1, "g")  # later saves are not blocked
+    keeper.close()  # nor is close
+    assert sqlite_rows(tmp_path / "records.db") == [("g", "good", 0, 1.0), ("g", "good", 1, 2.0)]
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_records_db_deleted_or_replaced_while_in_use_keeps_the_queue(
+    tmp_path: Path, how: str
+) -> None:
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(2))
+    keeper.save_records()
+    db = tmp_path / "records.db"
+    for side in ("-wal", "-shm"):
+        Path(f"{db}{side}").unlink(missing_ok=True)
+    db.unlink()
+    if how == "replaced":
+        db.write_bytes(b"")
+    fill(keeper, range(2, 4))
+    with pytest.raises(FileWriteError, match="records.db") as caught:
+        keeper.save_records()
+    assert ("deleted" if how == "deleted" else "replaced") in str(caught.value)
+    assert len(keeper._pending) == 4  # kept for a save that can succeed
+    with pytest.raises(FileWriteError):
+        keeper.close()
+
+
+@pytest.mark.parametrize("table", ["records", "csv_pending", "record_groups", "csv_files"])
+def test_a_dropped_table_is_a_corrupt_file_naming_file_and_table(
+    tmp_path: Path, table: str
+) -> None:
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(2))
+    keeper.save_records()
+    with sqlite3.connect(tmp_path / "records.db") as conn:
+        conn.execute(f"DROP TABLE {table}")
+    fill(keeper, range(2, 4))
+    keeper.update_records({"new_metric": 1.0}, 4, "g")  # a new CSV file too
+    with pytest.raises(CorruptFileError) as caught:
+        keeper.save_records()
+    message = str(caught.value)
+    assert "records.db" in message and repr(table) in message
+
+
+def test_an_altered_table_is_refused_when_opened(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "records.db") as conn:
+        conn.execute("CREATE TABLE records (x INTEGER)")
+    with pytest.raises(CorruptFileError, match="'records'"):
+        RecordKeeper(tmp_path)

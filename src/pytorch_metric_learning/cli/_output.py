@@ -48,13 +48,15 @@ def write_json(destination: str | Path, data: Any) -> Path | None:
 
     Strict JSON has no NaN or infinity: NaN is written as ``null`` and infinities as the
     strings ``"inf"`` and ``"-inf"`` (which Python's ``float`` reads back). A file is
-    written atomically; its path is returned (``None`` for stdout).
+    written atomically, keeping its mode; a FIFO or a device (``/dev/null``, a
+    ``/dev/stdout`` link) is written in place as the shell's ``>`` does, never replaced
+    (see ``_atomic``). The path is returned (``None`` for stdout).
     """
     text = json.dumps(_finite(data), indent=2, sort_keys=False) + "\n"
     if str(destination) == "-":
         sys.stdout.write(text)
         return None
-    return atomic_write_text(destination, text)
+    return atomic_write_text(destination, text, in_place=True)
 
 
 def write_results(destination: str | Path, data: Any) -> None:

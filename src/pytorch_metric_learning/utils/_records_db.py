@@ -5,14 +5,28 @@ naming it. SQL mistakes are not translated: they are bugs, not bad files."""
 from __future__ import annotations
 
 import errno
+import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
 
 from .._atomic import write_error
-from ..errors import CorruptFileError
+from ..errors import CorruptFileError, FileWriteError
 
-__all__ = ["SCHEMA", "SET_ASIDE", "UPSERT", "open_database", "is_file_failure", "sqlite_error"]
+__all__ = [
+    "SCHEMA",
+    "damaged_schema",
+    "SET_ASIDE",
+    "UPSERT",
+    "COLUMNS",
+    "open_database",
+    "is_file_failure",
+    "sqlite_error",
+    "file_identity",
+    "check_same_file",
+    "schema_error",
+]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -32,7 +46,25 @@ MORE_TABLES = (
         record_group TEXT PRIMARY KEY, step_name TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS csv_pending (
         record_group TEXT NOT NULL, name TEXT NOT NULL, PRIMARY KEY (record_group, name))""",
+    """CREATE TABLE IF NOT EXISTS csv_files (
+        record_group TEXT NOT NULL, name TEXT NOT NULL, file TEXT NOT NULL UNIQUE COLLATE NOCASE,
+        PRIMARY KEY (record_group, name))""",
 )
+# The columns each table must have, in order: anything else is a damaged schema.
+COLUMNS = {
+    "records": ("record_group", "name", "step", "value", "wall_time"),
+    "superseded_records": (
+        "record_group",
+        "name",
+        "step",
+        "value",
+        "wall_time",
+        "superseded_at",
+    ),
+    "record_groups": ("record_group", "step_name"),
+    "csv_pending": ("record_group", "name"),
+    "csv_files": ("record_group", "name", "file"),
+}
 SET_ASIDE = (
     "INSERT INTO superseded_records SELECT record_group, name, step, value, wall_time, ? "
     "FROM records WHERE record_group = ? AND name = ? AND step = ?"
@@ -54,13 +86,81 @@ def open_database(path: Path) -> sqlite3.Connection:
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if tables & set(COLUMNS) and "records" not in tables:
+            raise schema_error(path, "records", "is missing (dropped)")
         for statement in (SCHEMA, *MORE_TABLES):
             conn.execute(statement)
         conn.commit()
+        _check_schema(path, conn)
     except sqlite3.Error as error:
         conn.close()
         raise sqlite_error(path, error) from error
+    except CorruptFileError:
+        conn.close()
+        raise
     return conn
+
+
+def _check_schema(path: Path, conn: sqlite3.Connection) -> None:
+    """Raise CorruptFileError naming the first table whose columns are not the expected."""
+    for table, expected in COLUMNS.items():
+        got = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+        if got != expected:
+            raise schema_error(path, table, f"its columns are {list(got)}, not {list(expected)}")
+
+
+def schema_error(path: Path, table: str, problem: str) -> CorruptFileError:
+    """The error for a records database whose table ``table`` is missing or altered."""
+    return CorruptFileError(
+        f"The records database {str(path)!r} has a damaged schema: the table {table!r} "
+        f"{problem}. The file was changed by something other than this library; move it "
+        "aside (or pass another folder) to keep new records."
+    )
+
+
+_MISSING_TABLE = re.compile(r"no such table: (?:main\.)?(\w+)")
+_MISSING_COLUMN = re.compile(r"table (\w+) has no column named (\w+)")
+
+
+def damaged_schema(path: Path, error: sqlite3.Error) -> CorruptFileError | None:
+    """CorruptFileError for an error that says a table or a column of ours is gone."""
+    text = str(error)
+    found = _MISSING_TABLE.search(text)
+    if found and found[1] in COLUMNS:
+        return schema_error(path, found[1], "is missing (dropped while in use)")
+    found = _MISSING_COLUMN.search(text)
+    if found and found[1] in COLUMNS:
+        return schema_error(path, found[1], f"has no column {found[2]!r}")
+    if "no such column" in text:
+        return schema_error(path, "records", f"lost a column ({text})")
+    return None
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``; None when it is missing."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def check_same_file(path: Path, identity: tuple[int, int] | None) -> None:
+    """Raise FileWriteError when ``path`` is no longer the file the connection opened
+    (deleted, moved or replaced while in use): writes would go to an unlinked file and be
+    lost when the process ends."""
+    now = file_identity(path)
+    if identity is not None and now == identity:
+        return
+    state = "was deleted or moved" if now is None else "was replaced by another file"
+    error = FileWriteError(
+        f"Could not write the records database {str(path)!r}: it {state} while in use, so "
+        "records written now would be lost. The queued records are kept; put the file back "
+        "or start a new RecordKeeper."
+    )
+    error.errno = errno.ESTALE
+    raise error
 
 
 # SQLite result codes (the low byte of sqlite_errorcode) that mean the file, not the SQL.

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .._atomic import atomic_save_to_path
 from .._validation import check_matrix, check_positive_int, invalid
 from .._warnings import warn_external
 from ..distances import CosineSimilarity
@@ -173,9 +174,14 @@ class InferenceModel:
         return self.knn_func(query_emb, k, reference.to(query_emb.device), False)
 
     def save_knn_func(self, filename: PathLike) -> None:
-        """Save the gallery: the backend's own index, or the kept embeddings (atomically)."""
+        """Save the gallery: the backend's own index, or the kept embeddings.
+
+        Either way the file is written by the library's writing policy: the backend's
+        ``save`` writes a temporary file that replaces ``filename`` only once complete, so
+        a kill or a full disk leaves the previous file loadable; a FIFO or a device at
+        ``filename`` is refused (``FileWriteError``)."""
         if self._has_own_index():
-            self.knn_func.save(filename)
+            atomic_save_to_path(filename, self.knn_func.save, "k-NN index")
         else:
             save_state_dict({_REFERENCE_KEY: self._require_reference("save")}, filename)
 

@@ -41,10 +41,28 @@ from typing import Any, NamedTuple, Union
 import torch
 
 from .._atomic import make_folder
+from .._folder_lock import FolderLock, lock_folder
 from .._validation import invalid
-from ..errors import BackendNotInstalledError, FileWriteError, InvalidStepError, InvalidTypeError
-from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file
-from ._records_db import SET_ASIDE, UPSERT, is_file_failure, open_database, sqlite_error
+from ..errors import (
+    BackendNotInstalledError,
+    FileWriteError,
+    FolderInUseError,
+    InvalidArgumentError,
+    InvalidStepError,
+    InvalidTypeError,
+)
+from ._record_csv import append_rows, remove_csv_leftovers, rewrite_file, tail_agrees
+from ._records_db import (
+    SET_ASIDE,
+    UPSERT,
+    check_same_file,
+    damaged_schema,
+    file_identity,
+    is_file_failure,
+    open_database,
+    sqlite_error,
+)
+from .checkpoints import set_aside
 
 __all__ = ["Record", "SQLiteManager", "RecordKeeper", "make_tensorboard_writer", "safe_file_name"]
 
@@ -108,6 +126,7 @@ class SQLiteManager:
         self.path = Path(path)
         make_folder(self.path.parent, "folder of the records database")
         self._conn: sqlite3.Connection | None = open_database(self.path)
+        self._identity = file_identity(self.path)
         self._finalizer = weakref.finalize(self, self._conn.close)
 
     def close(self) -> None:
@@ -121,7 +140,9 @@ class SQLiteManager:
         the database file itself is raised as the library's error naming the file."""
         if self._conn is None:
             self._conn = open_database(self.path)
+            self._identity = file_identity(self.path)
             self._finalizer = weakref.finalize(self, self._conn.close)
+        check_same_file(self.path, self._identity)
         conn = self._conn
         try:
             yield conn
@@ -131,6 +152,9 @@ class SQLiteManager:
                 conn.rollback()
             if isinstance(error, sqlite3.Error) and is_file_failure(error):
                 raise sqlite_error(self.path, error) from error
+            damaged = damaged_schema(self.path, error) if isinstance(error, sqlite3.Error) else None
+            if damaged is not None:
+                raise damaged from error
             raise
 
     @staticmethod
@@ -177,6 +201,30 @@ class SQLiteManager:
             conn.executemany(
                 "DELETE FROM csv_pending WHERE record_group = ? AND name = ?", list(pairs)
             )
+
+    def csv_file(self, group: str, name: str) -> str:
+        """The CSV file of one metric, relative to the CSV folder: chosen once and kept in
+        the table ``csv_files``, so two names never share a file (file names are compared
+        case-insensitively, as some file systems do)."""
+        sql = "SELECT file FROM csv_files WHERE record_group = ? AND name = ?"
+        rows = self.query(sql, (group, name))
+        if rows:
+            return str(rows[0]["file"])
+        stem = f"{safe_file_name(group)}/{safe_file_name(name)}"
+        with self._transaction() as conn:
+            for attempt in range(1, 10**6):
+                file = f"{stem}.csv" if attempt == 1 else f"{stem}-{attempt}.csv"
+                taken = conn.execute("SELECT 1 FROM csv_files WHERE file = ?", (file,)).fetchone()
+                if not taken:
+                    conn.execute("INSERT INTO csv_files VALUES (?, ?, ?)", (group, name, file))
+                    return file
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def last_step_before(self, group: str, name: str, step: int) -> int | None:
+        """The latest stored step of one metric before ``step`` (None if there is none)."""
+        sql = "SELECT max(step) AS s FROM records WHERE record_group = ? AND name = ? AND step < ?"
+        found = self.query(sql, (group, name, step))[0]["s"]
+        return None if found is None else int(found)
 
     def step_name(self, group: str) -> str:
         """The header of the step column of ``group``'s CSV files."""
@@ -241,9 +289,10 @@ class SQLiteManager:
                 values[r["name"]][position[r["step"]]] = _as_float(r["value"])
         return steps, values
 
-    def set_aside_after(self, group: str, step: int | None) -> None:
+    def set_aside_after(self, group: str, step: int | None) -> int:
         """Move the records of ``group`` whose step is greater than ``step`` (all of them
-        with ``step=None``) to ``superseded_records``, and mark their CSV files."""
+        with ``step=None``) to ``superseded_records``, and mark their CSV files; return
+        how many rows moved."""
         where = "record_group = ?" + ("" if step is None else " AND step > ?")
         params = (group,) if step is None else (group, step)
         with self._transaction() as conn:
@@ -257,7 +306,7 @@ class SQLiteManager:
                 f"wall_time, ? FROM records WHERE {where}",
                 (time.time(), *params),
             )
-            conn.execute(f"DELETE FROM records WHERE {where}", params)
+            return int(conn.execute(f"DELETE FROM records WHERE {where}", params).rowcount)
 
 
 def _pairs_to_rebuild(conn: sqlite3.Connection, records: Sequence[Record]) -> set[tuple[str, str]]:
@@ -301,13 +350,19 @@ def make_tensorboard_writer(folder: PathLike) -> Any:
 _OWNER = "RecordKeeper.update_records"
 
 
-def _to_value(name: str, value: Any) -> float:
+def _to_value(name: Any, value: Any) -> float:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         expected = "a mapping of names to real numbers"
         raise invalid("records", _OWNER, expected, {name: value}, InvalidTypeError)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError as error:
+        raise InvalidArgumentError(
+            f"{_OWNER} cannot store the record {str(name)!r}: its value does not fit a "
+            "float (SQLite stores 64-bit floats). Nothing was queued."
+        ) from error
 
 
 class RecordKeeper:
@@ -341,11 +396,16 @@ class RecordKeeper:
         self.tensorboard_writer = tensorboard_writer
         self._pending: list[Record] = []
         self._step_names: dict[str, str] = {}
+        self._csv_files: dict[tuple[str, str], Path] = {}
+        self._locks: dict[str, FolderLock] = {}
+        self._finalizer = weakref.finalize(self, _release_all, self._locks)
         # CSV files that an earlier save (maybe of a killed process) left behind SQLite.
         self._stale = set(self.sqlite_manager.csv_pending())
         if self._stale:
             try:
                 self._sync_csv([], set())
+            except FolderInUseError:
+                pass  # the run that owns the folder completes them
             except FileWriteError as error:
                 logger.warning("CSV files lag behind %s until the next save: %s", self, error)
 
@@ -353,15 +413,38 @@ class RecordKeeper:
         return f"RecordKeeper({str(self.csv_folder)!r}, {self.sqlite_manager!r})"
 
     def close(self) -> None:
-        """Write what is queued, then close the database and the TensorBoard writer.
+        """Write what is queued, then close the database and the TensorBoard writer and
+        give up the folder locks (see :meth:`lock_folder`).
 
         Call it when training is over; the TensorBoard writer's background thread keeps
-        running until then.
+        running until then. If the last save fails, everything is closed all the same and
+        the save's error is raised.
         """
-        self.save_records()
-        if self.tensorboard_writer is not None and hasattr(self.tensorboard_writer, "close"):
-            self.tensorboard_writer.close()
-        self.sqlite_manager.close()
+        try:
+            self.save_records()
+        finally:
+            if self.tensorboard_writer is not None and hasattr(self.tensorboard_writer, "close"):
+                self.tensorboard_writer.close()
+            self.sqlite_manager.close()
+            self._finalizer()
+
+    def lock_folder(self, folder: PathLike | None = None, what: str = "model folder") -> None:
+        """Own ``folder`` (default: the CSV folder) for this run: an advisory lock that
+        this keeper holds until :meth:`close` (see ``_folder_lock``).
+
+        The keeper takes the lock of its CSV folder before its first write; the hook
+        container takes those of the model folder and the record folder at resume,
+        ``start_fresh`` and the first save.
+
+        Raises:
+            FolderInUseError: another live process holds ``folder`` (the message names it
+                and that process's PID).
+        """
+        if folder is None:
+            folder, what = self.csv_folder, "record folder"
+        key = os.path.realpath(folder)
+        if key not in self._locks:
+            self._locks[key] = lock_folder(folder, what)
 
     def __enter__(self) -> RecordKeeper:
         return self
@@ -385,14 +468,28 @@ class RecordKeeper:
             InvalidTypeError: a value is not a real number (then nothing of ``records``
                 is queued).
             InvalidStepError: ``step`` is not an int (also a ``ValueError``).
+            InvalidArgumentError: SQLite cannot store a record: a name with a lone
+                surrogate (not UTF-8), a step outside the 64-bit range, a value too large
+                for a float (``10**400``). The message names the record; nothing is queued.
         """
         step = _check_step(step)
         for param, text in (("group", group), ("step_name", step_name)):
             if not isinstance(text, str):
                 raise invalid(param, _OWNER, "a str", text, InvalidTypeError)
+            _check_storable_text(param, text, f"the {param} {text!r}")
+        if not _INT64[0] <= step <= _INT64[1]:
+            raise invalid(
+                "step",
+                _OWNER,
+                "an int SQLite can store (-2**63 to 2**63-1)",
+                step,
+                InvalidStepError,
+            )
         now = time.time()
         # Every value is checked before any is queued: a bad one queues nothing.
         queued = [Record(group, str(k), step, _to_value(k, v), now) for k, v in records.items()]
+        for record in queued:
+            _check_storable_text("records", record.name, f"the record {record.name!r}")
         self._step_names.setdefault(group, step_name)
         self._pending.extend(queued)
 
@@ -409,6 +506,8 @@ class RecordKeeper:
                 ``OSError`` naming the file).
             CorruptFileError: the database file is damaged.
         """
+        if self._pending or self._stale:
+            self.lock_folder()
         pending, self._pending = self._pending, []
         try:
             rebuild = (
@@ -446,20 +545,47 @@ class RecordKeeper:
         self.save_records()
         return self.sqlite_manager.names(group)
 
-    def set_aside_after(self, group: str, step: int | None) -> None:
+    def set_aside_after(self, group: str, step: int | None) -> bool:
         """Move the records of ``group`` after ``step`` (all of them with ``step=None``) to
-        the table ``superseded_records``, and rewrite the CSV files without them.
+        the table ``superseded_records``, and rewrite the CSV files without them; return
+        whether any row moved.
 
         Used when training resumes from a checkpoint older than the last records: the
-        superseded rows stay recoverable.
+        superseded rows stay recoverable. TensorBoard's event files cannot drop values:
+        call :meth:`set_aside_tensorboard` after the rows moved.
         """
         self.save_records()
-        self.sqlite_manager.set_aside_after(group, step)
+        self.lock_folder()
+        moved = self.sqlite_manager.set_aside_after(group, step)
         self._sync_csv([], set())
+        return moved > 0
+
+    def set_aside_tensorboard(self) -> Path | None:
+        """Move the TensorBoard event files of earlier runs aside, to
+        ``<log dir>/superseded/<UTC time>/``, and write the records SQLite keeps into the
+        current event file: TensorBoard then shows each step once, with the kept value.
+        Returns the folder the files went to (None without a writer or old files)."""
+        log_dir, own = _event_files_of(self.tensorboard_writer)
+        if log_dir is None:
+            return None
+        old = [p for p in sorted(log_dir.glob("events.out.tfevents.*")) if p.name != own]
+        moved_to = set_aside(old, log_dir) if old else None
+        db = self.sqlite_manager
+        for group in db.groups():
+            for name in db.names(group):
+                for step, value in db.rows(group, name):
+                    self.tensorboard_writer.add_scalar(f"{group}/{name}", value, step)
+        self.tensorboard_writer.flush()
+        return moved_to
 
     def csv_path(self, group: str, name: str) -> Path:
-        """The CSV file of one metric."""
-        return self.csv_folder / safe_file_name(group) / f"{safe_file_name(name)}.csv"
+        """The CSV file of one metric: ``<group>/<name>.csv`` made safe (see
+        :func:`safe_file_name`), chosen once per database so that no two metrics share a
+        file (see :meth:`SQLiteManager.csv_file`)."""
+        pair = (group, name)
+        if pair not in self._csv_files:
+            self._csv_files[pair] = self.csv_folder / self.sqlite_manager.csv_file(group, name)
+        return self._csv_files[pair]
 
     def _sync_csv(self, written: Sequence[Record], rebuild: set[tuple[str, str]]) -> None:
         """Bring every marked CSV file in line with SQLite: append the new rows where that
@@ -468,6 +594,8 @@ class RecordKeeper:
         for r in written:
             by_pair[(r.group, r.name)].append((r.step, r.value))
         pending, done = self.sqlite_manager.csv_pending(), []
+        if pending:
+            self.lock_folder()
         try:
             for pair in pending:
                 exact = pair not in rebuild and pair not in self._stale
@@ -483,14 +611,53 @@ class RecordKeeper:
                 remove_csv_leftovers(self.csv_path(*pair).parent for pair in done)
 
     def _write_csv(self, pair: tuple[str, str], new_rows: list[tuple[int, float]] | None) -> None:
-        """Append ``new_rows`` when that is exact; otherwise (or when the file is missing,
-        a new metric or one deleted by hand) write the whole file from SQLite."""
+        """Append ``new_rows`` when that is exact: the file is a regular file (not a link)
+        whose last row is the step SQLite held last before them, on a full line.
+        Otherwise (a missing file, a file cut mid-line or edited, a link) write the whole
+        file from SQLite."""
         group, name = pair
         path, header = self.csv_path(group, name), [self.sqlite_manager.step_name(group), name]
-        if new_rows is not None and path.exists():
-            append_rows(path, header, sorted(dict(new_rows).items()))
-        else:
-            rewrite_file(path, header, self.sqlite_manager.rows(group, name))
+        if new_rows:
+            rows = sorted(dict(new_rows).items())
+            before = self.sqlite_manager.last_step_before(group, name, rows[0][0])
+            if tail_agrees(path, header, before):
+                append_rows(path, rows)
+                return
+        rewrite_file(path, header, self.sqlite_manager.rows(group, name))
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _check_storable_text(param: str, text: str, label: str) -> None:
+    """SQLite stores text as UTF-8: a lone surrogate cannot be stored."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(
+            f"{_OWNER} cannot store {label} (argument {param!r}): it is not valid Unicode "
+            f"text ({error.reason} at position {error.start}), so SQLite cannot store it. "
+            "Nothing was queued."
+        ) from error
+
+
+def _event_files_of(writer: Any) -> tuple[Path | None, str | None]:
+    """The log folder of a ``SummaryWriter`` and the name of its own event file."""
+    get_file_writer = getattr(writer, "_get_file_writer", None)
+    if not callable(get_file_writer):
+        return None, None
+    file_writer = get_file_writer()
+    log_dir = getattr(file_writer, "get_logdir", lambda: None)()
+    own = getattr(getattr(file_writer, "event_writer", None), "_file_name", None)
+    if log_dir is None or own is None:
+        return None, None
+    return Path(log_dir), os.path.basename(own)
+
+
+def _release_all(locks: dict[str, FolderLock]) -> None:
+    for lock in locks.values():
+        lock.release()
+    locks.clear()
 
 
 def _check_step(step: Any) -> int:

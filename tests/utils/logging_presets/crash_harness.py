@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import sqlite3
 from pathlib import Path
 
@@ -40,10 +41,11 @@ def expected_best(last_epoch: int) -> int:
 class Run:
     """One training process: record keeper, hooks, state and epoch hook on ``root``."""
 
-    def __init__(self, root: Path, patience: int | None = None) -> None:
+    def __init__(self, root: Path, patience: int | None = None, tensorboard: bool = False) -> None:
         self.root = root
         self.model_folder = root / "models"
-        self.keeper, _, _ = logging_presets.get_record_keeper(root / "logs")
+        tensorboard_folder = root / "tb" if tensorboard else None
+        self.keeper, _, _ = logging_presets.get_record_keeper(root / "logs", tensorboard_folder)
         self.hooks = logging_presets.get_hook_container(self.keeper, log_freq=1)
         trunk = torch.nn.Linear(3, 2)
         optimizer = torch.optim.SGD(trunk.parameters(), lr=0.1, momentum=0.9)
@@ -120,13 +122,18 @@ def assert_state_is_epoch(run: Run, epoch: int) -> None:
 
 
 def assert_best_loads(root: Path) -> None:
-    """The best epoch the records name is the best checkpoint that loads, with its weights."""
+    """The best epoch the records name is the best checkpoint that loads, with its weights.
+    (Before the first commit the records name none; a complete best set of that first,
+    uncommitted epoch may then load, as a save without records would.)"""
     reader = Run(root)
     best_epoch, _ = reader.hooks.get_best_epoch_and_accuracy(None, "val")
     fresh = Run(root / "elsewhere")
-    assert reader.hooks.load_best_saved_models(fresh.state, reader.model_folder) == best_epoch
+    loaded = reader.hooks.load_best_saved_models(fresh.state, reader.model_folder)
     if best_epoch is not None:
+        assert loaded == best_epoch
         assert_state_is_epoch(fresh, best_epoch)
+    else:
+        assert loaded in (None, 1)
     fresh.close()
     reader.close()
 
@@ -157,3 +164,52 @@ def assert_recovered(root: Path) -> tuple[int, int | None]:
         fresh.close()
     run.close()
     return last, best_epoch
+
+
+# ---------------------------------------------------------------- seeded kill points
+def die_at_write(kill_at: int, counter: list[int] | None = None) -> None:
+    """Make this process SIGKILL itself at its ``kill_at``-th write event (1-based).
+
+    The write events of a save, in order: each checkpoint file's start, its temporary
+    file complete but not yet renamed, its rename done; each records commit (one that
+    writes) before and after. Counting them makes every kill point reproducible (no timing involved): the
+    same folder and the same ``kill_at`` kill the same write. ``counter``, when given,
+    only counts (``kill_at`` is then ignored) into ``counter[0]``.
+    """
+    import signal
+
+    from pytorch_metric_learning import _atomic
+    from pytorch_metric_learning.utils import checkpoints, record_keeping
+
+    seen = counter if counter is not None else [0]
+
+    def event() -> None:
+        seen[0] += 1
+        if counter is None and seen[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    write_state = checkpoints._write_state
+    replace = _atomic.os.replace
+    commit = record_keeping.SQLiteManager._commit
+
+    def counted_write_state(state: object, path: Path) -> None:
+        event()
+        write_state(state, path)
+        event()
+
+    def counted_replace(source: object, target: object) -> None:
+        if str(target).endswith(".pth"):
+            event()
+        replace(source, target)
+
+    def counted_commit(conn: sqlite3.Connection) -> None:
+        if not conn.in_transaction:  # a read: nothing to commit
+            commit(conn)
+            return
+        event()
+        commit(conn)
+        event()
+
+    checkpoints._write_state = counted_write_state  # type: ignore[assignment]
+    _atomic.os.replace = counted_replace  # type: ignore[assignment]
+    record_keeping.SQLiteManager._commit = staticmethod(counted_commit)  # type: ignore[assignment]

@@ -330,6 +330,7 @@ def test_odd_metric_names_are_safe_in_sqlite(tmp_path: Path) -> None:
         tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     # The library's own tables only: no name was executed as SQL.
     assert sorted(t for (t,) in tables) == [
+        "csv_files",
         "csv_pending",
         "record_groups",
         "records",

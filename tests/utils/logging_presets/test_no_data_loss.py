@@ -47,12 +47,18 @@ def test_defect1_extra_object_refuses_and_deletes_nothing(trained: Path) -> None
     assert folder_snapshot(trained) == before
 
 
-def test_defect1_missing_object_is_named_as_extra_checkpoints(trained: Path) -> None:
+def test_files_of_objects_not_in_the_training_state_are_ignored_never_moved(
+    trained: Path,
+) -> None:
+    """Issue 30: only the training state's own object names are its checkpoints; other
+    ``.pth`` files (the scheduler's here, pretrained weights named like ``resnet_50.pth``)
+    are neither loaded nor moved."""
+    (trained / "models" / "resnet_50.pth").write_bytes(b"pretrained")
     before = folder_snapshot(trained)
     run = Run(trained)
     run.state.lr_schedulers = {}
-    with pytest.raises(ResumeError, match="'trunk_scheduler'"):
-        run.resume()
+    assert run.resume() == 7
+    assert_state_is_epoch(run, 6)
     run.close()
     assert folder_snapshot(trained) == before
 
@@ -77,9 +83,11 @@ def test_start_fresh_sets_everything_aside_recoverably(trained: Path) -> None:
     run.state.lr_schedulers = {}  # a different set of objects: allowed when starting fresh
     assert run.hooks.load_latest_saved_models(run.state, run.model_folder, start_fresh=True) == 1
     assert run.hooks.get_accuracy_history(None, "val") == {}
-    assert list((trained / "models").glob("*.pth")) == []
+    # Exactly the training state's objects move: the scheduler's files are not its own.
+    left = {p.name: p.read_bytes() for p in (trained / "models").glob("*.pth")}
+    assert left == {n: b for n, b in files.items() if n.startswith("trunk_scheduler_")} != {}
     moved = {p.name: p.read_bytes() for p in (trained / "models" / "superseded").rglob("*.pth")}
-    assert moved == files
+    assert moved == {n: b for n, b in files.items() if n not in left}
     with sqlite3.connect(trained / "logs" / "records.db") as conn:
         sql = "SELECT record_group, name, step, value FROM superseded_records"
         assert sorted(conn.execute(sql)) == rows

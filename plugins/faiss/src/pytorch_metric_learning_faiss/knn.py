@@ -10,6 +10,7 @@ import faiss
 import numpy as np
 import torch
 
+from pytorch_metric_learning._atomic import atomic_save_to_path
 from pytorch_metric_learning._validation import check_embeddings, check_positive_int, invalid
 from pytorch_metric_learning.distances import BaseDistance, DotProductSimilarity, LpDistance
 from pytorch_metric_learning.errors import (
@@ -223,13 +224,28 @@ class FaissKNN:
         self._index = None
 
     def save(self, path: PathLike) -> None:
-        """Write the index to ``path`` (a CPU copy of a GPU index) with ``faiss.write_index``."""
+        """Write the index to ``path`` (a CPU copy of a GPU index) with ``faiss.write_index``.
+
+        The file is written by the library's writing policy: into a temporary file that
+        replaces ``path`` only once complete, so a kill or a full disk during the save
+        leaves the previous index loadable; a FIFO or a device at ``path`` is refused.
+
+        Raises:
+            FileWriteError: the file could not be written (names ``path``).
+        """
         path = _check_path(path, "save")
         index = self._require_index("save")
         with faiss_errors(_OWNER, f"save the index to {path!r}"):
             if _gpu.index_gpus(index, faiss):
                 index = faiss.index_gpu_to_cpu(index)
-            faiss.write_index(index, path)
+            if not os.path.isdir(os.path.dirname(path) or "."):
+                faiss.write_index(index, path)  # fails as faiss does, creating nothing
+
+        def write(temp_name: str) -> None:
+            with faiss_errors(_OWNER, f"save the index to {path!r}"):
+                faiss.write_index(index, temp_name)
+
+        atomic_save_to_path(path, write, "faiss index")
 
     def load(self, path: PathLike) -> None:
         """Replace the index with one read from ``path`` (written by :meth:`save`)."""

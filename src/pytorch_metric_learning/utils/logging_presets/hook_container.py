@@ -11,7 +11,7 @@ from typing import Any, Callable, Union
 import torch
 
 from ..._validation import check_positive_int, invalid
-from ...errors import InvalidArgumentError, InvalidTypeError
+from ...errors import InvalidArgumentError, InvalidTypeError, ResumeError
 from ...evaluation.retrieval._calculator_checks import check_device
 from ..checkpoints import (
     apply_checkpoints,
@@ -347,21 +347,24 @@ class HookContainer(HookContainer2xMethods):
         if start_fresh:
             self._best.clear()
             if is_main_process():
-                prefix = self.record_group_name_prefix
+                self.own_folders(model_folder)
                 set_aside_everything(
-                    self.record_keeper, f"{prefix}_" if prefix else "", model_folder
+                    self.record_keeper, self.owns_group, model_folder, list(objects)
                 )
             return 1
         group = self.accuracy_group_name(self.validation_split_name)
         recorded = self.record_keeper.history(group, [])[0]
         point = find_resume_point(list(objects), model_folder, recorded, device)
+        if is_main_process():
+            self.own_folders(model_folder)
         if point.epoch:
             files = {name: checkpoint_path(model_folder, name, point.suffix) for name in objects}
             apply_checkpoints(objects, point.states, files)
         self._best.clear()
         if self.do_save_models and is_main_process():
-            prefix = self.accuracy_group_name("")
-            set_aside_after(self.record_keeper, prefix, point.epoch, list(objects), model_folder)
+            set_aside_after(
+                self.record_keeper, self._owns_accuracies, point.epoch, list(objects), model_folder
+            )
         logger.info("Resuming at epoch %d", point.epoch + 1)
         return point.epoch + 1
 
@@ -370,25 +373,34 @@ class HookContainer(HookContainer2xMethods):
     ) -> int | None:
         """Load the best checkpoint into ``trainer``; return its epoch (None if there is none).
 
-        The best epoch is the one the records name when its set is complete; otherwise
-        the newest complete best set.
+        The best epoch is the one the records name (it must have a complete set); without
+        records of it, the newest complete best set.
 
         Raises:
             InvalidArgumentError: ``device`` is not a device of this machine.
-            ResumeError: no complete best set exists although some of the objects have
-                best checkpoints (an object was added), or the records name a best epoch
-                (a typo in ``model_folder``). Nothing is loaded.
+            ResumeError: the records name a best epoch that has no complete best set (a
+                typo in ``model_folder``, a file removed, another run's folder), or no
+                complete best set exists although some of the objects have best
+                checkpoints (an object was added). Nothing is loaded.
             CorruptFileError: a file of the best set cannot be read (names the file).
         """
         objects = self._saveable(trainer)
         device = _map_location(device, "HookContainer.load_best_saved_models")
         epochs = saved_suffixes(model_folder, objects, tag="best")
         best = self._best_for(self.validation_split_name)
+        recorded = best[0] if best and self.do_save_models else None
         if not epochs:
-            recorded = best[0] if best and self.do_save_models else None
             check_no_best_set(list(objects), model_folder, recorded)
             return None
-        epoch = best[0] if best is not None and best[0] in epochs else epochs[-1]
+        if recorded is not None and recorded not in epochs:
+            raise ResumeError(
+                f"Cannot load the best model from the model folder {str(model_folder)!r}: "
+                f"the records name epoch {recorded} best, but the folder has no complete "
+                f"checkpoint set best{recorded} of the objects {list(objects)} (complete "
+                f"best sets: {epochs}). Loading another epoch would not be the best model. "
+                "Check the folder name and the objects given. Nothing was loaded."
+            )
+        epoch = recorded if recorded is not None else epochs[-1]
         load_checkpoints(objects, model_folder, f"best{epoch}", device)
         return epoch
 
@@ -403,8 +415,42 @@ class HookContainer(HookContainer2xMethods):
         """
         if not is_main_process():
             return
+        self.own_folders(model_folder)
         self._write_checkpoints(trainer, model_folder, epoch, is_new_best)
         self._prune_replaced(trainer, model_folder, epoch, is_new_best)
+
+    def own_folders(self, model_folder: PathLike) -> None:
+        """Lock the model folder and the record folder for this run (``fcntl.flock`` on
+        ``.pml-run.lock``), held by the record keeper until its ``close()``; a second
+        process gets :class:`~pytorch_metric_learning.errors.FolderInUseError` naming the
+        folder and the PID of the process that holds it. A lock of a dead process never
+        blocks (the kernel drops it)."""
+        self.record_keeper.lock_folder()
+        self.record_keeper.lock_folder(model_folder, "model folder")
+
+    def owns_group(self, group: str) -> bool:
+        """Whether the record group ``group`` is this container's: its exact prefix, then
+        ``loss_histories``, ``learning_rates`` or ``accuracies_<split>``.
+
+        Example:
+            >>> from pytorch_metric_learning.utils.record_keeping import RecordKeeper
+            >>> import tempfile
+            >>> hooks = HookContainer(RecordKeeper(tempfile.mkdtemp()), "a")
+            >>> hooks.owns_group("a_accuracies_val"), hooks.owns_group("a_b_accuracies_val")
+            (True, False)
+        """
+        rest = self._without_prefix(group)
+        return rest is not None and (
+            rest in ("loss_histories", "learning_rates") or rest.startswith("accuracies_")
+        )
+
+    def _owns_accuracies(self, group: str) -> bool:
+        rest = self._without_prefix(group)
+        return rest is not None and rest.startswith("accuracies_")
+
+    def _without_prefix(self, group: str) -> str | None:
+        prefix = self.record_group_name("")
+        return group[len(prefix) :] if group.startswith(prefix) else None
 
     def _write_checkpoints(
         self, trainer: Any, model_folder: PathLike, epoch: int, is_new_best: bool
@@ -511,6 +557,7 @@ class HookContainer(HookContainer2xMethods):
     ) -> None:
         """Checkpoints first, then the epoch's records (the commit), then pruning: at every
         point of a crash the records' best epoch has its complete best set on disk."""
+        self.own_folders(model_folder)
         self._write_checkpoints(trainer, model_folder, epoch, is_new_best)
         for values, recorded_epoch, group in self._deferred or []:
             self.record_keeper.update_records(values, recorded_epoch, group, step_name="epoch")
