@@ -6,16 +6,8 @@ Re-exports only. The faiss helpers load the faiss plugin when called, never at i
 from __future__ import annotations
 
 from ..evaluation import CustomKNN, FaissKMeans, FaissKNN, MatchFinder
-from ..evaluation.search._inference_helpers import (
-    add_to_index_and_search,
-    convert_to_cpu_index,
-    convert_to_gpu_index,
-    get_topk,
-    mask_reshape_knn_idx,
-    return_results,
-    run_pca,
-    try_gpu,
-)
+from ..evaluation.search import _inference_helpers
+from ..evaluation.search._inference_helpers import *  # noqa: F403
 from .inference_model import InferenceModel
 
 __all__ = [
@@ -24,12 +16,5 @@ __all__ = [
     "FaissKNN",
     "InferenceModel",
     "MatchFinder",
-    "add_to_index_and_search",
-    "convert_to_cpu_index",
-    "convert_to_gpu_index",
-    "get_topk",
-    "mask_reshape_knn_idx",
-    "return_results",
-    "run_pca",
-    "try_gpu",
+    *_inference_helpers.__all__,
 ]
