@@ -26,6 +26,7 @@ __all__ = [
     "CorruptFileError",
     "ResumeError",
     "MetricNotRecordedError",
+    "InvalidKeysError",
 ]
 
 
@@ -106,3 +107,10 @@ class MetricNotRecordedError(InvalidArgumentError, KeyError):
     ``ValueError``, and a ``KeyError`` as 2.x's ``HookContainer.try_keys`` raised."""
 
     __str__ = Exception.__str__
+
+
+class InvalidKeysError(InvalidArgumentError, AssertionError):
+    """A trainer's dict argument (``models``, ``loss_funcs``, ``mining_funcs``,
+    ``optimizers``, ``lr_schedulers``, ...) or ``freeze_these`` has a key that is unknown
+    or lacks one that is required: a ``ValueError``, and an ``AssertionError`` as 2.x's key
+    checks raised."""

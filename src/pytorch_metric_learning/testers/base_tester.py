@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -140,7 +141,8 @@ class BaseTester:
             opts.check_device(embeddings_device, "embeddings_device", owner) or self.data_device
         )
         self.progress_bar = opts.check_bool(progress_bar, "progress_bar", owner)
-        self.all_accuracies: dict[str, dict[str, Any]] = {}
+        # a defaultdict(dict), as in 2.x: code may write all_accuracies[split][key] = value
+        self.all_accuracies: dict[str, dict[str, Any]] = defaultdict(dict)
 
     # ------------------------------------------------------------------ public API
 
@@ -193,7 +195,7 @@ class BaseTester:
             dataset_dict, splits_to_embed(plan), trunk_model, embedder, collate_fn
         )
         try:
-            self.all_accuracies = {}
+            self.all_accuracies = defaultdict(dict)
             for query_split_name, reference_split_names in plan:
                 accuracies = self._evaluate(query_split_name, reference_split_names, epoch)
                 self.all_accuracies[query_split_name] = accuracies
