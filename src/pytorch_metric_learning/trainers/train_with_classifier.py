@@ -46,6 +46,8 @@ class TrainWithClassifier(MetricLossOnly):
         ['classifier_loss', 'total_loss']
     """
 
+    required_loss_funcs = ()  # either loss, checked below
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         owner = type(self).__name__
