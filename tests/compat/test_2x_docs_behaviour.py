@@ -121,7 +121,9 @@ def test_a_2x_style_custom_distance_works_wherever_a_distance_is_accepted() -> N
     calc = AccuracyCalculator(include=("precision_at_1",), knn_func=CustomKNN(distance))
     labels = torch.tensor([0, 1, 1, 2])
     accuracy = calc.get_accuracy(x, labels, y, labels, False)["precision_at_1"]
-    assert accuracy == pytest.approx(np.mean([labels[n] == labels[i] for i, n in enumerate(nearest)]))
+    assert accuracy == pytest.approx(
+        np.mean([labels[n] == labels[i] for i, n in enumerate(nearest)])
+    )
     blocks: list[torch.Tensor] = []
     BatchedDistance(distance, lambda mat, s, e: blocks.append(mat), batch_size=3)(x, y)
     assert torch.cat(blocks).tolist() == expected

@@ -112,7 +112,13 @@ def test_zero_safe_forward_values_are_unchanged() -> None:
         torch.testing.assert_close(with_grad, plain, rtol=0, atol=0, equal_nan=True)
 
 
-def test_gradcheck_at_and_near_zero() -> None:
-    for distance in (LpDistance(), LpDistance(power=0.5), SNRDistance(power=0.5)):
-        far = _batch_with_duplicates(3)[:2].requires_grad_(True)
-        assert torch.autograd.gradcheck(lambda q: distance(q)[0, 1], (far,))
+@pytest.mark.parametrize(
+    "distance",
+    [LpDistance(), LpDistance(power=0.5), LpDistance(p=1, power=1.5), SNRDistance(power=0.5)],
+    ids=repr,
+)
+def test_gradcheck_near_zero(distance) -> None:
+    base = _batch_with_duplicates(3)[:1]
+    near = torch.cat([base, base + 1e-3 * torch.tensor([[1.0, -2.0, 0.5, 3.0]])])
+    near = near.to(torch.float64).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda q: distance(q)[0, 1], (near,))

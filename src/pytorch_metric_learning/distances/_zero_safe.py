@@ -16,9 +16,7 @@ import torch
 __all__ = ["at_zero_safe", "zero_safe_power", "zero_safe_sqrt"]
 
 
-def at_zero_safe(
-    values: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]
-) -> torch.Tensor:
+def at_zero_safe(values: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """``fn(values)``, with a zero gradient at entries that are exactly 0.
 
     The forward values are those of ``fn(values)`` bit for bit. When no gradient is being

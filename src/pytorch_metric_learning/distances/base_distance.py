@@ -93,9 +93,7 @@ class BaseDistance(torch.nn.Module):
             f"p={self.p}, power={self.power}, is_inverted={self.is_inverted})"
         )
 
-    def forward(
-        self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None = None) -> torch.Tensor:
         """Return the ``(len(query_emb), len(ref_emb))`` matrix of values.
 
         ``ref_emb=None`` compares ``query_emb`` with itself.
@@ -261,12 +259,11 @@ def _collect_stats_flag(collect_stats: bool | None, owner: str) -> bool:
 _DIAGONAL_BLOCK = 256
 
 
-def _diagonal_by_blocks(
-    compute_mat: Any, x: torch.Tensor, y: torch.Tensor
-) -> torch.Tensor:
+def _diagonal_by_blocks(compute_mat: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     blocks = [
-        compute_mat(x[start : start + _DIAGONAL_BLOCK], y[start : start + _DIAGONAL_BLOCK])
-        .diagonal()
+        compute_mat(
+            x[start : start + _DIAGONAL_BLOCK], y[start : start + _DIAGONAL_BLOCK]
+        ).diagonal()
         for start in range(0, len(x), _DIAGONAL_BLOCK)
     ]
     if not blocks:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 import numbers
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any

@@ -46,7 +46,7 @@ class TrainWithClassifier(MetricLossOnly):
         ['classifier_loss', 'total_loss']
     """
 
-    required_loss_funcs = ()  # either loss, checked below
+    required_loss_funcs: tuple[str, ...] = ()  # either loss, checked below
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -19,4 +19,6 @@ def sqlite_obj_to_dict(sqlite_obj: Sequence[Mapping[str, Any]]) -> dict[str, lis
     """
     if len(sqlite_obj) == 0:
         return {}
-    return {key: [row[key] for row in sqlite_obj] for key in sqlite_obj[0].keys()}
+    # .keys(): iterating a sqlite3.Row yields its values, not its column names
+    columns = sqlite_obj[0].keys()  # noqa: SIM118
+    return {key: [row[key] for row in sqlite_obj] for key in columns}

@@ -21,8 +21,8 @@ from ..testers.label_mapper import LabelMapper
 from ._datasets import EmbeddingDataset, get_eval_dataloader
 from ._label_helpers import (
     get_hierarchy_label,
-    get_labels_to_indices,
     get_label_map,
+    get_labels_to_indices,
     make_label_to_rank_dict,
     map_labels,
     process_label,
@@ -46,11 +46,11 @@ from ._tensor_helpers import (
     pos_inf,
     set_ref_emb,
     small_val,
-    torch_arange_from_size,
     to_device,
     to_dtype,
     to_numpy,
     torch_all_from_dim_to_end,
+    torch_arange_from_size,
     torch_standard_scaler,
     use_cuda_if_available,
 )
@@ -128,6 +128,7 @@ def safe_random_choice(input_data: Any, size: int) -> np.ndarray:
     """
     replace = len(input_data) < size
     return NUMPY_RANDOM.choice(input_data, size=size, replace=replace)
+
 
 LOGGER: logging.Logger  # provided by __getattr__ below
 LOGGER_NAME: str

@@ -273,7 +273,7 @@ class HookContainer(HookContainer2xMethods):
         wanted = [metrics] if isinstance(metrics, str) else list(metrics or [self.primary_metric])
         keys = recorded if return_all_metrics else [self._recorded_key(m, recorded) for m in wanted]
         epochs, values = self.record_keeper.history(group, keys)
-        history = {"epoch": epochs, **values}
+        history: dict[str, list[Any]] = {"epoch": list(epochs), **values}
         if return_all_metrics:
             history.update(running_best(self.primary_metric, history))
         return history
