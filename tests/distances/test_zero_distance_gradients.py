@@ -122,3 +122,18 @@ def test_gradcheck_near_zero(distance) -> None:
     near = torch.cat([base, base + 1e-3 * torch.tensor([[1.0, -2.0, 0.5, 3.0]])])
     near = near.to(torch.float64).requires_grad_(True)
     assert torch.autograd.gradcheck(lambda q: distance(q)[0, 1], (near,))
+
+
+@pytest.mark.parametrize("power", [1, 0.5, 2])
+def test_large_matrices_use_the_matrix_product_path_with_finite_gradients(power) -> None:
+    # rows * cols * dims above lp_distance._DIRECT_LIMIT: |q|^2 + |r|^2 - 2 q.r, clamped
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(1100, 1, generator=generator, dtype=torch.float64)
+    x[7] = x[3]
+    x.requires_grad_(True)
+    mat = LpDistance(normalize_embeddings=False, power=power)(x)
+    assert mat.shape == (1100, 1100)
+    mask = ~torch.eye(1100, dtype=torch.bool)
+    mask[3, 7] = mask[7, 3] = False
+    torch.where(mask, mat, torch.zeros_like(mat)).sum().backward()
+    assert torch.isfinite(x.grad).all()

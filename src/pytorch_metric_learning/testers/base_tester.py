@@ -169,8 +169,9 @@ class BaseTester:
             collate_fn: Passed to the DataLoader.
 
         Returns:
-            ``{split: {"epoch": epoch, "<metric>_level<L>[_pca<N>]": value, ...}}``, also
-            stored as ``self.all_accuracies``; with ``distributed``, the same on every rank.
+            ``{split: {"epoch": epoch, "<metric>_level<L>[_pca<N>]": value, ...}}`` (a
+            ``defaultdict(dict)``, as in 2.x), also stored as ``self.all_accuracies``;
+            with ``distributed``, the same on every rank.
 
         Example:
             >>> import torch
@@ -182,7 +183,7 @@ class BaseTester:
             >>> tester = GlobalEmbeddingSpaceTester(
             ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
             ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
-            >>> tester.test({"val": val}, epoch=1, trunk_model=torch.nn.Identity())
+            >>> dict(tester.test({"val": val}, epoch=1, trunk_model=torch.nn.Identity()))
             {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
         """
         plan = resolve_splits_to_eval(
