@@ -28,6 +28,7 @@ __all__ = [
     "FolderInUseError",
     "MetricNotRecordedError",
     "NotInThisLibraryError",
+    "InvalidKeysError",
 ]
 
 
@@ -121,3 +122,10 @@ class MetricNotRecordedError(InvalidArgumentError, KeyError):
 class NotInThisLibraryError(PMLError, ImportError):
     """A pytorch-metric-learning 2.x module that this library does not contain (``losses``,
     ``miners``, ...): this library replaces 2.x in an environment, under the same name."""
+
+
+class InvalidKeysError(InvalidArgumentError, AssertionError):
+    """A trainer's dict argument (``models``, ``loss_funcs``, ``mining_funcs``,
+    ``optimizers``, ``lr_schedulers``, ...) or ``freeze_these`` has a key that is unknown
+    or lacks one that is required: a ``ValueError``, and an ``AssertionError`` as 2.x's key
+    checks raised."""

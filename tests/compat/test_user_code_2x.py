@@ -266,9 +266,10 @@ def test_train_with_classifier_as_2x_notebooks_build_it() -> None:
     assert len(recorded) == 2
 
 
-def test_train_with_classifier_needs_a_classifier() -> None:
+def test_train_with_classifier_needs_a_loss_to_train() -> None:
+    # no classifier and no metric loss: nothing would be trained (2.x trained nothing)
     models, optimizers, _ = _training_parts([])
-    with pytest.raises(InvalidArgumentError, match='"classifier"'):
+    with pytest.raises(AssertionError, match='"classifier"'):
         trainers.TrainWithClassifier(
             models,
             optimizers,

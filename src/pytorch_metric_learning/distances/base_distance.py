@@ -3,30 +3,52 @@
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any
 
 import torch
 
 from .._validation import check_matrix, check_tensor, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ._zero_safe import zero_safe_power
 
 __all__ = ["BaseDistance"]
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
-class BaseDistance:
+_C_F_MODULE = "pytorch_metric_learning.utils.common_functions"
+_STAT_NAMES = (
+    "initial_avg_query_norm",
+    "initial_avg_ref_norm",
+    "final_avg_query_norm",
+    "final_avg_ref_norm",
+)
+
+
+class BaseDistance(torch.nn.Module):
     """A distance (smaller is closer) or, with ``is_inverted=True``, a similarity.
 
     Subclasses implement :meth:`compute_mat` and :meth:`compute_pairwise` on embeddings
     that are already normalized; this class handles validation, dtype rules,
-    normalization and ``power``.
+    normalization and ``power``. A subclass written for pytorch-metric-learning 2.x, with
+    ``compute_mat`` and ``pairwise_distance``, works too: its ``pairwise_distance``
+    receives prepared (normalized) rows. A subclass with ``compute_mat`` alone gets
+    row-pair values from the diagonal of ``compute_mat``.
+
+    Distances are ``torch.nn.Module``s, as in 2.x, so they can be children of a loss
+    module; they hold no parameters or buffers.
 
     Args:
         normalize_embeddings: L_p-normalize each row before comparing.
         p: The norm used for normalization (and by :class:`LpDistance`).
         power: Every value is raised to this power.
         is_inverted: True when larger values mean more alike.
+        collect_stats: As in 2.x: when True, each call stores the average norms of the
+            inputs before and after normalization in ``initial_avg_query_norm``,
+            ``initial_avg_ref_norm``, ``final_avg_query_norm`` and
+            ``final_avg_ref_norm``. ``None`` (the default) reads
+            ``common_functions.COLLECT_STATS`` (False unless set).
 
     Half-precision inputs are computed in float32. The result keeps the input dtype when
     embeddings are normalized (values are bounded) and is float32 otherwise, so squared
@@ -37,6 +59,7 @@ class BaseDistance:
     p: float
     power: float
     is_inverted: bool
+    collect_stats: bool
 
     def __init__(
         self,
@@ -44,7 +67,9 @@ class BaseDistance:
         p: float = 2,
         power: float = 1,
         is_inverted: bool = False,
+        collect_stats: bool | None = None,
     ) -> None:
+        super().__init__()
         owner = type(self).__name__
         if not isinstance(normalize_embeddings, bool):
             raise invalid(
@@ -58,6 +83,9 @@ class BaseDistance:
         self.p = p
         self.power = power
         self.is_inverted = bool(is_inverted)
+        self.collect_stats = _collect_stats_flag(collect_stats, owner)
+        for name in _STAT_NAMES:
+            setattr(self, name, 0.0)
 
     def __repr__(self) -> str:
         return (
@@ -65,9 +93,7 @@ class BaseDistance:
             f"p={self.p}, power={self.power}, is_inverted={self.is_inverted})"
         )
 
-    def __call__(
-        self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None = None) -> torch.Tensor:
         """Return the ``(len(query_emb), len(ref_emb))`` matrix of values.
 
         ``ref_emb=None`` compares ``query_emb`` with itself.
@@ -78,6 +104,8 @@ class BaseDistance:
             torch.Size([1, 1])
         """
         query, ref, out_dtype = self.prepare(query_emb, ref_emb)
+        if self.collect_stats:
+            self.set_default_stats(query_emb, ref_emb, query, ref)
         return self.powered_mat(query, ref).to(out_dtype)
 
     def pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -101,7 +129,11 @@ class BaseDistance:
         return self.powered_pairwise(first, second).to(out_dtype)
 
     def pairwise_distance(self, query_emb: torch.Tensor, ref_emb: torch.Tensor) -> torch.Tensor:
-        """The same as :meth:`pairwise`; the name used by pytorch-metric-learning 2.x."""
+        """The same as :meth:`pairwise`; the name used by pytorch-metric-learning 2.x.
+
+        Unlike 2.x, the rows are normalized (when ``normalize_embeddings``) and the values
+        raised to ``power``, as in the matrix; see ``docs/migrating.md``.
+        """
         return self.pairwise(query_emb, ref_emb)
 
     def prepare(
@@ -144,8 +176,8 @@ class BaseDistance:
         return self.apply_power(self.compute_pairwise(x, y))
 
     def apply_power(self, values: torch.Tensor) -> torch.Tensor:
-        """Raise ``values`` to ``power`` (a no-op for power 1)."""
-        return values if self.power == 1 else values**self.power
+        """Raise ``values`` to ``power`` (a no-op for power 1); finite gradients at 0."""
+        return values if self.power == 1 else zero_safe_power(values, self.power)
 
     def maybe_normalize(self, embeddings: torch.Tensor, dim: int = 1) -> torch.Tensor:
         """Normalize when ``normalize_embeddings`` is set, else return ``embeddings``."""
@@ -160,8 +192,14 @@ class BaseDistance:
         raise NotImplementedError
 
     def compute_pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The raw value between ``x[i]`` and ``y[i]`` for already-normalized rows."""
-        raise NotImplementedError
+        """The raw value between ``x[i]`` and ``y[i]`` for already-normalized rows.
+
+        By default: a 2.x-style subclass's own ``pairwise_distance``, or else the diagonal
+        of :meth:`compute_mat` computed in blocks of rows.
+        """
+        if type(self).pairwise_distance is not BaseDistance.pairwise_distance:
+            return self.pairwise_distance(x, y)
+        return _diagonal_by_blocks(self.compute_mat, x, y)
 
     def smallest_dist(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The closest value along a dimension: max for similarities, min for distances."""
@@ -169,9 +207,68 @@ class BaseDistance:
             return torch.max(*args, **kwargs)
         return torch.min(*args, **kwargs)
 
-    def margin(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """How much closer ``x`` is than ``y`` (positive when ``x`` is closer)."""
-        return x - y if self.is_inverted else y - x
+    def largest_dist(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The farthest value along a dimension: min for similarities, max for distances."""
+        if self.is_inverted:
+            return torch.min(*args, **kwargs)
+        return torch.max(*args, **kwargs)
+
+    def margin(self, x: Any, y: Any) -> Any:
+        """``x - y`` for distances, ``y - x`` for similarities, as in 2.x.
+
+        Positive when ``y`` is closer than ``x`` (e.g. ``margin(d_an, d_ap)`` is positive
+        when the positive is closer than the negative).
+        """
+        return y - x if self.is_inverted else x - y
+
+    def get_norm(self, embeddings: torch.Tensor, dim: int = 1) -> torch.Tensor:
+        """The L_p norm of each row (``dim=1``)."""
+        return torch.linalg.vector_norm(embeddings, ord=self.p, dim=dim)
+
+    @torch.no_grad()
+    def set_default_stats(
+        self,
+        query_emb: torch.Tensor,
+        ref_emb: torch.Tensor | None,
+        query: torch.Tensor,
+        ref: torch.Tensor,
+    ) -> None:
+        """Store the average input norms before and after normalization (2.x's stats)."""
+        ref_emb = query_emb if ref_emb is None else ref_emb
+        tensors = (query_emb, ref_emb, query, ref)
+        for name, tensor in zip(_STAT_NAMES, tensors):
+            setattr(self, name, self.get_norm(tensor.float()).mean().item())
+
+    def reset_stats(self) -> None:
+        """Set the collected stats back to 0."""
+        for name in _STAT_NAMES:
+            setattr(self, name, 0.0)
+
+
+def _collect_stats_flag(collect_stats: bool | None, owner: str) -> bool:
+    if collect_stats is None:
+        # Read lazily, without importing utils: 2.x code sets c_f.COLLECT_STATS = True.
+        c_f = sys.modules.get(_C_F_MODULE)
+        return bool(getattr(c_f, "COLLECT_STATS", False))
+    if not isinstance(collect_stats, bool):
+        raise invalid("collect_stats", owner, "a bool or None", collect_stats, InvalidTypeError)
+    return collect_stats
+
+
+# Rows per block when row-pair values come from the diagonal of compute_mat.
+_DIAGONAL_BLOCK = 256
+
+
+def _diagonal_by_blocks(compute_mat: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    blocks = [
+        compute_mat(
+            x[start : start + _DIAGONAL_BLOCK], y[start : start + _DIAGONAL_BLOCK]
+        ).diagonal()
+        for start in range(0, len(x), _DIAGONAL_BLOCK)
+    ]
+    if not blocks:
+        return x.new_zeros(0)
+    return torch.cat(blocks)
 
 
 def _compute_dtype(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:

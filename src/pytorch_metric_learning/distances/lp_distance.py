@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidArgumentError
+from ._zero_safe import zero_safe_power, zero_safe_sqrt
 from .base_distance import BaseDistance
 
 __all__ = ["LpDistance"]
@@ -32,7 +33,7 @@ class LpDistance(BaseDistance):
 
     def compute_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
         if self.p == 2:
-            return squared_euclidean(query, ref).sqrt()
+            return zero_safe_sqrt(squared_euclidean(query, ref))
         return torch.cdist(query, ref, p=self.p)
 
     def compute_pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -71,9 +72,12 @@ def squared_euclidean(query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 def power_of_squared(squared: torch.Tensor, power: float) -> torch.Tensor:
-    """Raise distances given as squares to ``power`` (no square root for power 2)."""
+    """Raise distances given as squares to ``power`` (no square root for power 2).
+
+    Gradients are finite where a distance is 0 (see :mod:`._zero_safe`).
+    """
     if power == 2:
         return squared
     if power == 1:
-        return squared.sqrt()
-    return squared ** (power / 2)
+        return zero_safe_sqrt(squared)
+    return zero_safe_power(squared, power / 2)

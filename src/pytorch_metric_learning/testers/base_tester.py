@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -141,7 +142,8 @@ class BaseTester:
             opts.check_device(embeddings_device, "embeddings_device", owner) or self.data_device
         )
         self.progress_bar = opts.check_bool(progress_bar, "progress_bar", owner)
-        self.all_accuracies: dict[str, dict[str, Any]] = {}
+        # a defaultdict(dict), as in 2.x: code may write all_accuracies[split][key] = value
+        self.all_accuracies: dict[str, dict[str, Any]] = defaultdict(dict)
 
     # ------------------------------------------------------------------ public API
 
@@ -168,8 +170,9 @@ class BaseTester:
             collate_fn: Passed to the DataLoader.
 
         Returns:
-            ``{split: {"epoch": epoch, "<metric>_level<L>[_pca<N>]": value, ...}}``, also
-            stored as ``self.all_accuracies``; with ``distributed``, the same on every rank.
+            ``{split: {"epoch": epoch, "<metric>_level<L>[_pca<N>]": value, ...}}`` (a
+            ``defaultdict(dict)``, as in 2.x), also stored as ``self.all_accuracies``;
+            with ``distributed``, the same on every rank.
 
         Example:
             >>> import torch
@@ -181,7 +184,7 @@ class BaseTester:
             >>> tester = GlobalEmbeddingSpaceTester(
             ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
             ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
-            >>> tester.test({"val": val}, epoch=1, trunk_model=torch.nn.Identity())
+            >>> dict(tester.test({"val": val}, epoch=1, trunk_model=torch.nn.Identity()))
             {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
         """
         plan = resolve_splits_to_eval(
@@ -194,7 +197,7 @@ class BaseTester:
             dataset_dict, splits_to_embed(plan), trunk_model, embedder, collate_fn
         )
         try:
-            self.all_accuracies = {}
+            self.all_accuracies = defaultdict(dict)
             for query_split_name, reference_split_names in plan:
                 accuracies = self._evaluate(query_split_name, reference_split_names, epoch)
                 self.all_accuracies[query_split_name] = accuracies

@@ -34,7 +34,7 @@ class GlobalTwoStreamEmbeddingSpaceTester(GlobalEmbeddingSpaceTester):
         >>> tester = GlobalTwoStreamEmbeddingSpaceTester(
         ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
         ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
-        >>> tester.test({"val": pairs}, 1, torch.nn.Identity())
+        >>> dict(tester.test({"val": pairs}, 1, torch.nn.Identity()))
         {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
     """
 

@@ -37,7 +37,7 @@ class WithSameParentLabelTester(BaseTester):
         >>> tester = WithSameParentLabelTester(
         ...     accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
         ...     dataloader_num_workers=0, data_device="cpu", progress_bar=False)
-        >>> tester.test({"val": TensorDataset(data, labels)}, 1, torch.nn.Identity())
+        >>> dict(tester.test({"val": TensorDataset(data, labels)}, 1, torch.nn.Identity()))
         {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
     """
 

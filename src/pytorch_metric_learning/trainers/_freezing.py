@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._validation import invalid
-from ..errors import InvalidTypeError
+from ..errors import InvalidKeysError, InvalidTypeError
 
 __all__ = ["check_freeze_these", "freeze_batchnorm", "is_frozen_optimizer", "set_train_modes"]
 
@@ -39,7 +39,7 @@ def check_freeze_these(
         raise invalid("freeze_these", owner, expected, freeze_these, InvalidTypeError)
     unknown = [name for name in freeze_these if name not in names]
     if unknown:
-        raise invalid("freeze_these", owner, expected, list(freeze_these))
+        raise invalid("freeze_these", owner, expected, list(freeze_these), InvalidKeysError)
     for name in freeze_these:
         if name + _OPTIMIZER_SUFFIX in optimizers:
             logger.warning(

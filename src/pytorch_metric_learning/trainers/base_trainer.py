@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .._validation import check_positive_int, invalid
-from ..errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidKeysError, InvalidTypeError
 from ..testers.label_mapper import LabelMapper
 from . import _freezing
 from ._positional import NOT_GIVEN, miners_and_dataset
@@ -41,7 +41,9 @@ def _check_keys(
 ) -> None:
     unknown = [key for key in mapping if key not in allowed]
     if unknown:
-        raise invalid(param, owner, f"a dict with keys among {list(allowed)}", unknown)
+        raise invalid(
+            param, owner, f"a dict with keys among {list(allowed)}", unknown, InvalidKeysError
+        )
 
 
 def _first_parameter_device(model: Any) -> torch.device:
@@ -177,7 +179,9 @@ class BaseTrainer:
     def _check_models(models: Any, owner: str) -> dict[str, Any]:
         models = _check_mapping(models, "models", owner)
         if not callable(models.get("trunk")):
-            raise invalid("models", owner, 'a dict with a callable "trunk"', list(models))
+            raise invalid(
+                "models", owner, 'a dict with a callable "trunk"', list(models), InvalidKeysError
+            )
         if models.get("embedder") is None:
             models.pop("embedder", None)
         return models
@@ -187,7 +191,8 @@ class BaseTrainer:
         missing = [name for name in self.required_loss_funcs if name not in loss_funcs]
         if missing or not all(callable(f) for f in loss_funcs.values()):
             expected = f"a dict of callables with the keys {list(self.required_loss_funcs)}"
-            raise invalid("loss_funcs", owner, expected, list(loss_funcs))
+            error = InvalidKeysError if missing else InvalidArgumentError
+            raise invalid("loss_funcs", owner, expected, list(loss_funcs), error)
         return loss_funcs
 
     def _check_loss_weights(self, loss_weights: Any, owner: str) -> dict[str, float]:
@@ -206,7 +211,7 @@ class BaseTrainer:
         wrong = [name for name in schedulers if not name.endswith(_SCHEDULER_KINDS)]
         if wrong:
             expected = f"a dict whose keys end with one of {list(_SCHEDULER_KINDS)}"
-            raise invalid("lr_schedulers", owner, expected, wrong)
+            raise invalid("lr_schedulers", owner, expected, wrong, InvalidKeysError)
         return schedulers
 
     @staticmethod
@@ -264,7 +269,9 @@ class BaseTrainer:
             for epoch in range(start_epoch, num_epochs + 1):
                 self.epoch = epoch
                 self._run_epoch()
-                if self.end_of_epoch_hook is not None and self.end_of_epoch_hook(self) is False:
+                stop = self.end_of_epoch_hook is not None and self.end_of_epoch_hook(self) is False
+                self.zero_losses()
+                if stop:
                     logger.info("end_of_epoch_hook stopped training after epoch %d", self.epoch)
                     break
         finally:
@@ -298,6 +305,14 @@ class BaseTrainer:
                     optimizer.step()
         self.losses = {name: _as_float(loss) for name, loss in losses.items()}
         self.losses["total_loss"] = _as_float(total)
+
+    def zero_losses(self) -> None:
+        """Set every entry of ``losses`` to 0, as 2.x did after each epoch.
+
+        Called after ``end_of_epoch_hook`` (2.x: before it), so that the hook still sees
+        the epoch's last losses; after ``train()`` every loss reads 0, as in 2.x.
+        """
+        self.losses = dict.fromkeys(self.losses, 0.0)
 
     def calculate_loss(self, curr_batch: tuple[Any, Any]) -> dict[str, Any]:
         """Losses of one ``(data, labels)`` batch, by name (``loss_funcs`` keys)."""

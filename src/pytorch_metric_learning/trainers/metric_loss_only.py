@@ -36,7 +36,7 @@ class MetricLossOnly(BaseTrainer):
         (2, 3, ['metric_loss', 'total_loss'])
     """
 
-    required_loss_funcs = ("metric_loss",)
+    required_loss_funcs: tuple[str, ...] = ("metric_loss",)
     allowed_mining_funcs = ("tuple_miner",)
 
     def calculate_loss(self, curr_batch: tuple[Any, Any]) -> dict[str, Any]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 
 from .._validation import invalid
+from ..errors import InvalidKeysError, InvalidTypeError
 from .metric_loss_only import MetricLossOnly
 
 __all__ = ["TrainWithClassifier"]
+
+logger = logging.getLogger(__name__)
 
 
 class TrainWithClassifier(MetricLossOnly):
@@ -18,7 +22,9 @@ class TrainWithClassifier(MetricLossOnly):
     Each batch gets ``loss_funcs["classifier_loss"](logits, labels)`` (e.g.
     ``torch.nn.CrossEntropyLoss()``) and, when ``loss_funcs`` has one,
     ``loss_funcs["metric_loss"](embeddings, labels, indices_tuple)``. As in 2.x, a loss
-    whose ``loss_weights`` entry is 0 is not computed. Labels for the classifier must run
+    whose ``loss_weights`` entry is 0 is not computed. Without a ``models["classifier"]`` or
+    a ``loss_funcs["classifier_loss"]`` it logs a warning and trains the metric loss alone,
+    as 2.x did; with neither loss it raises ``InvalidKeysError``. Labels for the classifier must run
     from 0 to ``num_classes - 1`` (see ``set_min_label_to_zero``). The arguments are those
     of :class:`~pytorch_metric_learning.trainers.BaseTrainer`.
 
@@ -40,17 +46,34 @@ class TrainWithClassifier(MetricLossOnly):
         ['classifier_loss', 'total_loss']
     """
 
-    required_loss_funcs = ("classifier_loss",)
+    required_loss_funcs: tuple[str, ...] = ()  # either loss, checked below
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not callable(self.models.get("classifier")):
+        owner = type(self).__name__
+        classifier = self.models.get("classifier")
+        if classifier is not None and not callable(classifier):
             raise invalid(
-                "models",
-                type(self).__name__,
-                'a dict with a callable "classifier"',
-                list(self.models),
+                "models", owner, 'a callable "classifier"', type(classifier), InvalidTypeError
             )
+        if self._trains_classifier():
+            return
+        if "metric_loss" not in self.loss_funcs:
+            raise invalid(
+                "loss_funcs",
+                owner,
+                'a dict with "classifier_loss" (and models["classifier"]) or "metric_loss"',
+                list(self.loss_funcs),
+                InvalidKeysError,
+            )
+        logger.warning(
+            '%s has no models["classifier"] or no loss_funcs["classifier_loss"]: '
+            "only the metric loss is trained.",
+            owner,
+        )
+
+    def _trains_classifier(self) -> bool:
+        return callable(self.models.get("classifier")) and "classifier_loss" in self.loss_funcs
 
     def calculate_loss(self, curr_batch: tuple[Any, Any]) -> dict[str, Any]:
         """The classifier loss (and the metric loss, if given) of one batch."""
@@ -62,7 +85,7 @@ class TrainWithClassifier(MetricLossOnly):
             losses["metric_loss"] = self.loss_funcs["metric_loss"](
                 embeddings, labels, indices_tuple
             )
-        if self._weighted("classifier_loss"):
+        if self._trains_classifier() and self._weighted("classifier_loss"):
             logits = self.models["classifier"](embeddings)
             losses["classifier_loss"] = self.loss_funcs["classifier_loss"](
                 logits, torch.as_tensor(labels, device=logits.device)

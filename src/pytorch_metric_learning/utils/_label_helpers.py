@@ -6,22 +6,45 @@ remapping is :class:`pytorch_metric_learning.testers.LabelMapper`.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from .._validation import invalid
 from ..errors import InvalidArgumentError
 from ._tensor_helpers import is_list_or_tuple, numpy_to_torch, to_numpy
 
 __all__ = [
+    "get_labels_to_indices",
     "make_label_to_rank_dict",
     "get_label_map",
     "get_hierarchy_label",
     "map_labels",
     "process_label",
 ]
+
+
+def get_labels_to_indices(labels: Any) -> defaultdict[Any, np.ndarray]:
+    """Map each label to the array of positions where it occurs (2.x's samplers and the
+    Inference notebook use it to pick examples by class).
+
+    ``labels`` is a sequence, a NumPy array or a tensor (read on the CPU); the keys are its
+    elements (NumPy scalars for arrays and tensors), in order of first occurrence.
+
+    Example:
+        >>> mapping = get_labels_to_indices([3, 1, 3])
+        >>> {int(k): v.tolist() for k, v in mapping.items()}
+        {3: [0, 2], 1: [1]}
+    """
+    if isinstance(labels, torch.Tensor):
+        labels = labels.cpu().numpy()
+    positions: defaultdict[Any, list[int]] = defaultdict(list)
+    for index, label in enumerate(labels):
+        positions[label].append(index)
+    return defaultdict(list, {k: np.array(v, dtype=int) for k, v in positions.items()})
 
 
 def make_label_to_rank_dict(label_set: Sequence[Any]) -> dict[Any, int]:

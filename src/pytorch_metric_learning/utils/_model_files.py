@@ -28,6 +28,7 @@ __all__ = [
     "save_dict_of_models",
     "load_dict_of_models",
     "delete_dict_of_models",
+    "operate_on_dict_of_models",
 ]
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,37 @@ def delete_dict_of_models(
 def _delete_file(_: Any, path: str) -> None:
     if os.path.isfile(path):  # never a folder
         os.remove(path)
+
+
+def operate_on_dict_of_models(
+    input_dict: Mapping[str, Any],
+    suffix: Any,
+    folder: str,
+    operation: Callable[[Any, str], None],
+    logging_string: str = "",
+    log_if_successful: bool = False,
+    assert_success: bool = False,
+) -> None:
+    """Call ``operation(model, "folder/<name>_<suffix>.pth")`` for each model, as 2.x did.
+
+    An ``OSError`` is logged (and re-raised with ``assert_success``); ``log_if_successful``
+    logs each path done, prefixed with ``logging_string``.
+
+    Example:
+        >>> seen = []
+        >>> operate_on_dict_of_models({"trunk": None}, 3, "models", lambda m, p: seen.append(p))
+        >>> seen == [os.path.join("models", "trunk_3.pth")]
+        True
+    """
+    _for_each_model(
+        input_dict,
+        suffix,
+        folder,
+        operation,
+        logging_string,
+        log_if_successful=log_if_successful,
+        assert_success=assert_success,
+    )
 
 
 def _for_each_model(

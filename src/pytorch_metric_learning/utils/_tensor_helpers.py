@@ -23,6 +23,11 @@ __all__ = [
     "to_device",
     "check_shapes",
     "use_cuda_if_available",
+    "pos_inf",
+    "neg_inf",
+    "small_val",
+    "torch_arange_from_size",
+    "set_ref_emb",
 ]
 
 
@@ -141,6 +146,68 @@ def use_cuda_if_available() -> torch.device:
         True
     """
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pos_inf(dtype: torch.dtype) -> float:
+    """The largest finite value of a floating ``dtype`` (2.x's stand-in for +inf).
+
+    Example:
+        >>> pos_inf(torch.float16)
+        65504.0
+    """
+    return torch.finfo(dtype).max
+
+
+def neg_inf(dtype: torch.dtype) -> float:
+    """The most negative finite value of a floating ``dtype``.
+
+    Example:
+        >>> neg_inf(torch.float16)
+        -65504.0
+    """
+    return torch.finfo(dtype).min
+
+
+def small_val(dtype: torch.dtype) -> float:
+    """The smallest positive normal value of a floating ``dtype``.
+
+    Example:
+        >>> small_val(torch.float32) > 0
+        True
+    """
+    return torch.finfo(dtype).tiny
+
+
+def torch_arange_from_size(input: torch.Tensor, size_dim: int = 0) -> torch.Tensor:
+    """``torch.arange(input.size(size_dim))`` on ``input``'s device.
+
+    Example:
+        >>> torch_arange_from_size(torch.zeros(3, 2)).tolist()
+        [0, 1, 2]
+    """
+    return torch.arange(input.size(size_dim), device=input.device)
+
+
+def set_ref_emb(
+    embeddings: torch.Tensor,
+    labels: torch.Tensor | None,
+    ref_emb: torch.Tensor | None,
+    ref_labels: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The reference set: ``(ref_emb, ref_labels)``, or the queries themselves when
+    ``ref_emb`` is None; reference labels are moved to ``ref_emb``'s device and checked.
+
+    Example:
+        >>> emb, labels = torch.zeros(2, 3), torch.tensor([0, 1])
+        >>> set_ref_emb(emb, labels, None, None)[1].tolist()
+        [0, 1]
+    """
+    if ref_emb is None:
+        ref_emb, ref_labels = embeddings, labels
+    elif ref_labels is not None:
+        ref_labels = to_device(ref_labels, ref_emb)
+    check_shapes(ref_emb, ref_labels)
+    return ref_emb, ref_labels
 
 
 def _reference(tensor: torch.Tensor | None, what: str, owner: str) -> torch.Tensor:

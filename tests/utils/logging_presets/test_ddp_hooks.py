@@ -106,4 +106,4 @@ def test_iteration_records_on_rank_0_only(tmp_path, monkeypatch) -> None:
     assert hooks.get_loss_history() == {}
     as_rank(monkeypatch, 0)
     hooks.end_of_iteration_hook(trainer)
-    assert hooks.get_loss_history() == {"iteration": [0], "total_loss": [0.5]}
+    assert hooks.get_loss_history() == {"iteration": [0], "~iteration~": [0], "total_loss": [0.5]}

@@ -41,9 +41,15 @@ def oracle(
     return tested, best_epoch, num_epochs
 
 
-def run(tmp_path: Path, accuracies: dict[int, float], num_epochs: int, **hook_kwargs):
+def run(
+    tmp_path: Path,
+    accuracies: dict[int, float],
+    num_epochs: int,
+    container_kwargs: dict | None = None,
+    **hook_kwargs,
+):
     record_keeper, db, _ = logging_presets.get_record_keeper(tmp_path / "logs")
-    hooks = logging_presets.get_hook_container(record_keeper)
+    hooks = logging_presets.get_hook_container(record_keeper, **(container_kwargs or {}))
     tester = ScriptedTester(accuracies, end_of_testing_hook=hooks.end_of_testing_hook)
     end_of_epoch = hooks.end_of_epoch_hook(tester, DATASETS, tmp_path / "models", **hook_kwargs)
     trainer = make_trainer(
@@ -85,7 +91,22 @@ def test_history_returns_recorded_values(tmp_path: Path) -> None:
     history = hooks.get_accuracy_history(tester, "val", metrics=["precision_at_1"])
     assert history["precision_at_1_level0"] == [1.0 - ACCS[e] for e in range(1, 6)]
     everything = hooks.get_accuracy_history(tester, "train", return_all_metrics=True)
-    assert set(everything) == {"epoch", PRIMARY_KEY, "precision_at_1_level0"}
+    # 2.x's layout: every metric, plus the best epoch and accuracy so far after each epoch
+    assert set(everything) == {
+        "epoch",
+        PRIMARY_KEY,
+        "precision_at_1_level0",
+        "best_epoch",
+        "best_accuracy",
+    }
+    best_epochs, best_values, best = [], [], None
+    for epoch, value in zip(everything["epoch"], everything[PRIMARY_KEY]):
+        if best is None or value > best[1]:
+            best = (epoch, value)
+        best_epochs.append(best[0])
+        best_values.append(best[1])
+    assert everything["best_epoch"] == best_epochs
+    assert everything["best_accuracy"] == best_values
     with pytest.raises(InvalidArgumentError, match="NMI"):
         hooks.get_accuracy_history(tester, "val", metrics=["NMI"])
 
@@ -142,16 +163,26 @@ def test_test_interval_skips_epochs(tmp_path: Path, test_interval: int) -> None:
     assert (tmp_path / "models" / f"trunk_best{best_epoch}.pth").exists()
 
 
-def test_losses_and_learning_rates_are_recorded(tmp_path: Path) -> None:
-    hooks, _, trainer, db = run(tmp_path, ACCS, num_epochs=2)
+@pytest.mark.parametrize("log_freq", [1, 2, 3, 50])
+def test_losses_and_learning_rates_are_recorded(tmp_path: Path, log_freq: int) -> None:
+    hooks, _, trainer, db = run(
+        tmp_path, ACCS, num_epochs=2, container_kwargs={"log_freq": log_freq}
+    )
+    per_epoch = trainer.iterations_per_epoch
+    # 2.x: a row when the iteration within the epoch (from 0) is a multiple of log_freq
+    logged = [g for g in range(2 * per_epoch) if (g % per_epoch) % log_freq == 0]
     history = hooks.get_loss_history()
-    iterations = 2 * trainer.iterations_per_epoch
-    assert history["iteration"] == list(range(iterations))
-    assert set(history) == {"iteration", "metric_loss", "total_loss"}
-    assert history["total_loss"][-1] == pytest.approx(trainer.losses["total_loss"])
+    assert history["iteration"] == logged
+    assert history["~iteration~"] == logged  # 2.x's column name
+    assert set(history) == {"iteration", "~iteration~", "metric_loss", "total_loss"}
     rows = sqlite_rows(db.path, "learning_rates", "trunk_optimizer")
-    assert rows == [(i, 0.05) for i in range(iterations)]
-    assert hooks.get_loss_history(["metric_loss"]).keys() == {"iteration", "metric_loss"}
+    assert rows == [(i, 0.05) for i in logged]
+    assert hooks.get_loss_history(["metric_loss"]).keys() == {
+        "iteration",
+        "~iteration~",
+        "metric_loss",
+    }
+    assert trainer.losses == {"metric_loss": 0.0, "total_loss": 0.0}  # zeroed, as in 2.x
 
 
 def test_best_epoch_is_tracked_when_the_testing_hook_is_the_users(tmp_path: Path) -> None:

@@ -31,6 +31,9 @@ class MatchFinder:
 
     Args:
         distance: The distance or similarity; its normalization and power are honoured.
+            ``None`` is accepted, as in 2.x, for a distance assigned later
+            (``finder.distance = ...``); a method called while it is None raises
+            ``InvalidArgumentError``.
         threshold: The default threshold; a threshold passed to a method overrides it.
 
     Example:
@@ -41,9 +44,13 @@ class MatchFinder:
         [True]
     """
 
-    def __init__(self, distance: BaseDistance, threshold: float | None = None) -> None:
-        if not isinstance(distance, BaseDistance):
-            raise invalid("distance", "MatchFinder", "a BaseDistance", distance, InvalidTypeError)
+    distance: BaseDistance | None
+
+    def __init__(self, distance: BaseDistance | None, threshold: float | None = None) -> None:
+        if distance is not None and not isinstance(distance, BaseDistance):
+            raise invalid(
+                "distance", "MatchFinder", "a BaseDistance or None", distance, InvalidTypeError
+            )
         self.distance = distance
         self.threshold = None if threshold is None else _check_threshold(threshold, "MatchFinder")
 
@@ -120,7 +127,7 @@ class MatchFinder:
         owner = "MatchFinder.is_match"
         check_embeddings(x, "x", owner)
         check_embeddings(y, "y", owner)
-        return self._decide(self.distance.pairwise(x, y), threshold)
+        return self._decide(self._distance("is_match").pairwise(x, y), threshold)
 
     def get_matching_pairs(
         self,
@@ -163,19 +170,34 @@ class MatchFinder:
         check_embeddings(query_emb, "query_emb", owner)
         if ref_emb is not None:
             check_embeddings(ref_emb, "ref_emb", owner)
-        return self.distance.prepare(query_emb, ref_emb)
+        return self._distance(method).prepare(query_emb, ref_emb)
 
     def _blocks(
         self, query: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype
     ) -> Iterator[tuple[int, torch.Tensor]]:
         """Yield ``(first row, distances of a block of query rows to every reference row)``."""
+        distance = self._distance("get_match_matrix")
         rows = max(1, _BLOCK_ELEMENTS // max(len(ref), 1))
         for start in range(0, len(query), rows):
-            values = self.distance.compute_mat(query[start : start + rows], ref)
-            yield start, self.distance.finish(values, out_dtype)
+            values = distance.compute_mat(query[start : start + rows], ref)
+            yield start, distance.finish(values, out_dtype)
 
     def _decide(self, values: torch.Tensor, threshold: float) -> torch.Tensor:
-        return values >= threshold if self.distance.is_inverted else values <= threshold
+        inverted = self._distance("is_match").is_inverted
+        return values >= threshold if inverted else values <= threshold
+
+    def _distance(self, method: str) -> BaseDistance:
+        """The distance, checked: 2.x code may construct with None and assign it later."""
+        distance = self.distance
+        if not isinstance(distance, BaseDistance):
+            raise invalid(
+                "distance",
+                f"MatchFinder.{method}",
+                "a BaseDistance (set finder.distance or pass it to MatchFinder)",
+                distance,
+                InvalidTypeError if distance is not None else InvalidArgumentError,
+            )
+        return distance
 
 
 def _check_threshold(threshold: Any, owner: str) -> float:

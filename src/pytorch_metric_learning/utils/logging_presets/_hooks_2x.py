@@ -16,12 +16,22 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..._validation import check_positive_int, invalid
 from ...errors import InvalidTypeError, MetricNotRecordedError
-from .metric_keys import is_better
+from .metric_keys import is_better, resolve_metric_key
 
 if TYPE_CHECKING:
     from ..record_keeping import RecordKeeper
 
-__all__ = ["EmptyContainer", "HookContainer2xMethods", "check_2x_record_options"]
+__all__ = [
+    "ITERATION_2X",
+    "EmptyContainer",
+    "HookContainer2xMethods",
+    "check_2x_record_options",
+    "is_logged_iteration",
+    "running_best",
+]
+
+# 2.x's record keeper named the iteration column of loss histories "~iteration~".
+ITERATION_2X = "~iteration~"
 
 Row = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -45,6 +55,49 @@ def check_2x_record_options(global_db_path: Any, save_lists: Any) -> None:
             "False (records hold one number per name and step)",
             save_lists,
         )
+
+
+def is_logged_iteration(trainer: Any, log_freq: int) -> bool:
+    """Whether 2.x's hooks recorded this iteration: ``trainer.iteration % log_freq == 0``.
+
+    ``trainer.iteration`` counts from 0 within each epoch, so each epoch's first
+    iteration is recorded. An object without ``iteration`` (a hand-written loop's state)
+    is recorded every time.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> [is_logged_iteration(SimpleNamespace(iteration=i), 2) for i in range(4)]
+        [True, False, True, False]
+    """
+    iteration = getattr(trainer, "iteration", None)
+    return iteration is None or int(iteration) % log_freq == 0
+
+
+def running_best(primary_metric: str, history: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
+    """2.x's ``best_epoch`` and ``best_accuracy`` columns of an accuracy history.
+
+    Entry ``i`` is the best epoch (the first whose primary metric is strictly greater
+    than every earlier one; NaN is never best) among epochs ``history["epoch"][: i + 1]``
+    and its value: what 2.x's ``end_of_testing_hook`` recorded after each test. Before any
+    best, ``(None, 0.0)``, as 2.x's ``get_best_epoch_and_accuracy``. ``{}`` when the
+    primary metric is not in ``history``.
+
+    Example:
+        >>> running_best("p", {"epoch": [1, 2, 3], "p_level0": [0.5, 0.4, 0.7]})
+        {'best_epoch': [1, 1, 3], 'best_accuracy': [0.5, 0.5, 0.7]}
+    """
+    key = resolve_metric_key(primary_metric, [k for k in history if k != "epoch"])
+    if key is None:
+        return {}
+    best_epoch: Any = None
+    best: float | None = None
+    epochs, accuracies = [], []
+    for epoch, value in zip(history["epoch"], history[key]):
+        if value is not None and is_better(float(value), best):
+            best_epoch, best = epoch, float(value)
+        epochs.append(best_epoch)
+        accuracies.append(0.0 if best is None else best)
+    return {"best_epoch": epochs, "best_accuracy": accuracies}
 
 
 def _keyname(tester: Any, metric: str, average: bool) -> str:

@@ -24,7 +24,7 @@ from ..checkpoints import (
     unwrap_model,
 )
 from ..record_keeping import RecordKeeper
-from ._hooks_2x import HookContainer2xMethods
+from ._hooks_2x import ITERATION_2X, HookContainer2xMethods, is_logged_iteration, running_best
 from ._rank import is_main_process
 from ._resume import (
     check_no_best_set,
@@ -68,7 +68,9 @@ def _check_patience(patience: Any) -> int | None:
 class HookContainer(HookContainer2xMethods):
     """Hooks for a trainer (or a hand-written loop) and a tester.
 
-    * ``end_of_iteration_hook(trainer)`` records ``trainer.losses`` and learning rates.
+    * ``end_of_iteration_hook(trainer)`` records ``trainer.losses`` and learning rates
+      every ``log_freq`` iterations of an epoch (``trainer.iteration % log_freq == 0``),
+      as 2.x did.
     * ``end_of_testing_hook(tester)`` records ``tester.all_accuracies`` of every split and
       tracks the best epoch of each split.
     * ``end_of_epoch_hook(tester, dataset_dict, model_folder, ...)`` returns the hook a
@@ -95,8 +97,8 @@ class HookContainer(HookContainer2xMethods):
             matched against keys such as ``<metric>_level0``.
         validation_split_name: the split whose primary metric decides.
         save_models: whether ``end_of_epoch_hook`` writes checkpoints.
-        log_freq: records are written to disk every ``log_freq`` iterations (and at the
-            end of each epoch).
+        log_freq: losses and learning rates are recorded (and written to disk) every
+            ``log_freq`` iterations, as in 2.x; accuracies every test.
 
     Example:
         >>> import tempfile
@@ -162,8 +164,9 @@ class HookContainer(HookContainer2xMethods):
 
     # ------------------------------------------------------------------ hooks
     def end_of_iteration_hook(self, trainer: Any) -> None:
-        """Record the latest losses and each optimizer's learning rate (on rank 0 only)."""
-        if not is_main_process():
+        """Record the latest losses and each optimizer's learning rate (on rank 0 only),
+        every ``log_freq`` iterations of an epoch."""
+        if not is_main_process() or not is_logged_iteration(trainer, self.log_freq):
             return
         step = int(trainer.get_global_iteration())
         group = self.record_group_name("loss_histories")
@@ -176,8 +179,7 @@ class HookContainer(HookContainer2xMethods):
         if rates:
             group = self.record_group_name("learning_rates")
             self.record_keeper.update_records(rates, step, group, step_name="iteration")
-        if (step + 1) % self.log_freq == 0:
-            self.record_keeper.save_records()
+        self.record_keeper.save_records()
 
     def end_of_testing_hook(self, tester: Any) -> None:
         """Record ``tester.all_accuracies`` (on rank 0 only) and update each split's best
@@ -258,6 +260,8 @@ class HookContainer(HookContainer2xMethods):
 
         Returns:
             One list per key, aligned with ``"epoch"``; ``{}`` before anything is recorded.
+            With ``return_all_metrics``, also 2.x's ``best_epoch`` and ``best_accuracy``
+            columns (the best so far after each epoch).
 
         Raises:
             InvalidArgumentError: a requested metric was never recorded for this split.
@@ -269,10 +273,16 @@ class HookContainer(HookContainer2xMethods):
         wanted = [metrics] if isinstance(metrics, str) else list(metrics or [self.primary_metric])
         keys = recorded if return_all_metrics else [self._recorded_key(m, recorded) for m in wanted]
         epochs, values = self.record_keeper.history(group, keys)
-        return {"epoch": epochs, **values}
+        history: dict[str, list[Any]] = {"epoch": list(epochs), **values}
+        if return_all_metrics:
+            history.update(running_best(self.primary_metric, history))
+        return history
 
     def get_loss_history(self, loss_names: Sequence[str] = ()) -> dict[str, list[Any]]:
-        """Recorded losses, ``{"iteration": [...], <loss name>: [...]}``; ``{}`` if none."""
+        """Recorded losses, ``{"iteration": [...], <loss name>: [...]}``; ``{}`` if none.
+
+        ``"~iteration~"``, 2.x's name for the iteration column, holds the same list.
+        """
         group = self.record_group_name("loss_histories")
         recorded = self.record_keeper.names(group)
         if not recorded:
@@ -282,7 +292,7 @@ class HookContainer(HookContainer2xMethods):
             if name not in recorded:
                 raise invalid("loss_names", "get_loss_history", f"names among {recorded}", name)
         iterations, values = self.record_keeper.history(group, names)
-        return {"iteration": iterations, **values}
+        return {"iteration": iterations, ITERATION_2X: list(iterations), **values}
 
     @staticmethod
     def patience_remaining(epoch: int, best_epoch: int | None, patience: int | None) -> bool:
