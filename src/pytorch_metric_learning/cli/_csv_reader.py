@@ -116,7 +116,7 @@ def _integers(values: list[int], name: str, role: str) -> np.ndarray:
     low, high = min(values), max(values)
     if _INT64.min <= low and high <= _INT64.max:
         return np.array(values, dtype=np.int64)
-    if 0 <= low and high <= _UINT64.max:
+    if low >= 0 and high <= _UINT64.max:
         return np.array(values, dtype=np.uint64)
     bad = low if low < _INT64.min else high
     raise CsvError(

@@ -17,6 +17,7 @@ __all__ = [
     "add_bootstrap_arguments",
     "ci_level",
     "check_metric_names",
+    "check_seed",
     "interval_header",
     "interval_cell",
     "pop_intervals",
@@ -92,8 +93,15 @@ def pop_intervals(metrics: dict[str, Any], args: argparse.Namespace) -> dict[str
     )
 
 
+def check_seed(args: argparse.Namespace) -> None:
+    """``--seed`` seeds NumPy's generator, which takes no negative seed."""
+    if args.seed < 0:
+        raise UsageError(f"--seed must be a non-negative int. Got {args.seed} instead")
+
+
 def check_ci_options(args: argparse.Namespace) -> None:
     """Intervals are of plain averages over queries: not per class, not of class averages."""
+    check_seed(args)
     if args.ci is not None and (args.per_class or args.avg_of_avgs):
         raise UsageError(
             "--ci gives intervals of averages over queries; it cannot be combined with "

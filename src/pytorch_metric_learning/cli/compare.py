@@ -14,7 +14,12 @@ from ..evaluation import PairedComparison, compare_per_query
 from ..evaluation.retrieval.accuracy_calculator import ON_REQUEST_METRICS
 from ._commands import COMMANDS
 from ._errors import UsageError
-from ._intervals import add_bootstrap_arguments, bootstrap_settings, check_metric_names
+from ._intervals import (
+    add_bootstrap_arguments,
+    bootstrap_settings,
+    check_metric_names,
+    check_seed,
+)
 from ._output import format_number, format_table, write_results
 from ._paths import check_outputs
 from ._specs import spec_option
@@ -87,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--reference takes one file or two (A's and B's). Got {len(args.reference)}"
         )
+    check_seed(args)
     check_outputs({"--output": args.output}, _input_files(args))
     models = {name: _model_args(args, name) for name in ("a", "b")}
     # One labels file for both models: each model's files must have its length.

@@ -19,6 +19,7 @@ files (devices, sockets) are refused as "not a regular file".
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import stat
@@ -94,7 +95,7 @@ def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
 def _open(path: Path, role: str) -> tuple[Path | IO[bytes], str]:
     """``(what the reader reads, suffix)``: a regular file's path, or a pipe's bytes."""
     if str(path) == STDIN:
-        return _sniffed(sys.stdin.buffer.read(), path, role)
+        return _sniffed(_stdin_bytes(), path, role)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -112,6 +113,12 @@ def _open(path: Path, role: str) -> tuple[Path | IO[bytes], str]:
             f"file, a pipe, or '{STDIN}' for standard input."
         )
     return path, _suffix(path, role)
+
+
+@functools.lru_cache(maxsize=1)
+def _stdin_bytes() -> bytes:
+    """Standard input, read once: ``compare`` reads one ``--labels -`` for both models."""
+    return sys.stdin.buffer.read()
 
 
 def _suffix(path: Path, role: str) -> str:

@@ -1,4 +1,5 @@
-"""AccuracyCalculator's input checks that go beyond type and shape: device, NaN labels, no rows."""
+"""AccuracyCalculator's input checks beyond type and shape: device, NaN labels, no rows or
+columns, and tensors that hold no plain values (meta, sparse, complex)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import torch
 from ..._validation import invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["check_device", "check_has_rows", "check_labels_not_nan"]
+__all__ = [
+    "check_device",
+    "check_has_columns",
+    "check_has_rows",
+    "check_labels_not_nan",
+    "check_plain_tensor",
+]
 
 _DEVICE = "None, a torch.device, a CUDA ordinal or a device string such as 'cpu' or 'cuda:0'"
 
@@ -65,3 +72,31 @@ def check_labels_not_nan(labels: torch.Tensor, param: str, owner: str) -> torch.
             "matches no label, itself included. Drop those samples or give them a real label."
         )
     return labels
+
+
+def check_has_columns(query: torch.Tensor, owner: str) -> None:
+    """Raise ``ValueError`` for embeddings of zero columns: every distance is 0, so the
+    neighbours would be picked by tie order alone."""
+    if query.ndim == 2 and query.shape[1] == 0:
+        shape = f"shape {tuple(query.shape)}"
+        raise invalid("query", owner, "embeddings with at least one column", shape)
+
+
+def check_plain_tensor(value: Any, param: str, owner: str) -> Any:
+    """Refuse meta, sparse and complex tensors before any work: they hold no values (meta),
+    or not as the dense real rows that distances and labels need. Other values pass."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    hint = ""
+    if value.is_meta:
+        got = "a meta tensor (a shape with no values)"
+    elif value.layout != torch.strided:
+        got, hint = f"a sparse tensor ({value.layout})", " Call .to_dense() first."
+    elif value.is_complex():
+        got = f"a complex tensor ({value.dtype})"
+    else:
+        return value
+    raise InvalidTypeError(
+        f"The '{param}' parameter of {owner} must be a dense real tensor with values. "
+        f"Got {got} instead.{hint}"
+    )
