@@ -20,6 +20,7 @@ from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
 from ._compiled_search import sample_first, search_compiled
 from ._rescale import Rescaled, rescale
+from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._tiled_search import (
     NegatedInnerProduct,
     Scorer,
@@ -27,7 +28,6 @@ from ._tiled_search import (
     search_symmetric,
     square_tile,
 )
-from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._topk import topk
 
 __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
