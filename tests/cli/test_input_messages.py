@@ -133,3 +133,19 @@ def test_per_class_keeps_uint64_labels(cli, tmp_path: Path) -> None:
     assert result.code == 0, result.err
     assert str(big) in result.out and str(big + 5) in result.out
     assert "-9223372036854775808" not in result.out
+
+
+@pytest.mark.parametrize(
+    ("scores", "what"),
+    [
+        (torch.zeros(4, device="meta"), "meta"),
+        (torch.tensor([0.1, 0.2, 0.3, 0.4]).to_sparse(), "sparse"),
+        (torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.complex64), "complex"),
+    ],
+)
+def test_scores_without_plain_values_are_refused(scores, what: str) -> None:
+    from pytorch_metric_learning.evaluation import match_f1, select_threshold
+
+    labels = torch.tensor([True, False, True, False])
+    with pytest.raises(InvalidTypeError, match=f"'scores' parameter.*{what}"):
+        select_threshold(scores, labels, match_f1, is_inverted=False)

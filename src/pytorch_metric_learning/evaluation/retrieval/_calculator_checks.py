@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..._validation import invalid
+from ..._validation import check_plain_tensor, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -80,23 +80,3 @@ def check_has_columns(query: torch.Tensor, owner: str) -> None:
     if query.ndim == 2 and query.shape[1] == 0:
         shape = f"shape {tuple(query.shape)}"
         raise invalid("query", owner, "embeddings with at least one column", shape)
-
-
-def check_plain_tensor(value: Any, param: str, owner: str) -> Any:
-    """Refuse meta, sparse and complex tensors before any work: they hold no values (meta),
-    or not as the dense real rows that distances and labels need. Other values pass."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    hint = ""
-    if value.is_meta:
-        got = "a meta tensor (a shape with no values)"
-    elif value.layout != torch.strided:
-        got, hint = f"a sparse tensor ({value.layout})", " Call .to_dense() first."
-    elif value.is_complex():
-        got = f"a complex tensor ({value.dtype})"
-    else:
-        return value
-    raise InvalidTypeError(
-        f"The '{param}' parameter of {owner} must be a dense real tensor with values. "
-        f"Got {got} instead.{hint}"
-    )
