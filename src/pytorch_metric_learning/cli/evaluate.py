@@ -275,8 +275,9 @@ class _SmallK(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.funcName != "_log_small_k" or not isinstance(record.args, tuple):
             return True
-        names, self.k, self.max_bin_count = record.args
-        self.names += [name for name in names if name not in self.names]  # type: ignore[union-attr]
+        names, k, max_bin_count = record.args
+        self.k, self.max_bin_count = int(k), int(max_bin_count)  # type: ignore[call-overload]
+        self.names += [str(name) for name in names if name not in self.names]  # type: ignore[attr-defined]
         return False
 
     def warn(self) -> None:
