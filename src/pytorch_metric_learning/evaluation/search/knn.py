@@ -142,17 +142,17 @@ class CustomKNN:
         distances, indices, dropped = self._search(
             scaled.query, scaled.reference, search_k + extra, same, drop_self
         )
-        distances = scaled.restore(distances, out_dtype)
         if ref_includes_query and not dropped:
             distances, indices = remove_self_matches(distances, indices)
-        largest = self.distance.is_inverted
-        distances, indices = order_ties(distances, indices, largest)
+        # ties are of the distances as computed, before they are scaled back (which can
+        # round distinct ones to one float32, or to 0 or inf)
+        distances, indices = order_ties(distances, indices, self.distance.is_inverted)
         tied = tied_at_boundary(distances, k)
         if len(tied):
-            exact = self._exact_rows(scaled, tied, k, same, ref_includes_query, out_dtype)
+            exact = self._exact_rows(scaled, tied, k, same, ref_includes_query)
             distances, indices = distances.clone(), indices.clone()
             distances[tied, :k], indices[tied, :k] = exact
-        return distances[:, :k], indices[:, :k]
+        return scaled.restore(distances[:, :k], out_dtype), indices[:, :k]
 
     def _exact_rows(
         self,
@@ -161,7 +161,6 @@ class CustomKNN:
         k: int,
         same: bool,
         skip_self: bool,
-        out_dtype: torch.dtype,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The first k neighbours of the query ``rows`` by (distance, index), from whole rows
         of distances computed again (in blocks of about ``TILE_BYTES``)."""
@@ -171,7 +170,7 @@ class CustomKNN:
         for start in range(0, len(rows), step):
             block = rows[start : start + step]
             query, ref, _ = self.distance.prepare(scaled.query[block], reference)
-            values = scaled.restore(self.distance.powered_mat(query, ref), out_dtype)
+            values = self.distance.powered_mat(query, ref)
             if skip_self:  # a query is never its own neighbour
                 worst = -torch.inf if self.distance.is_inverted else torch.inf
                 values[torch.arange(len(block), device=values.device), block] = worst
