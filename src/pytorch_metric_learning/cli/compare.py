@@ -24,7 +24,13 @@ from ._output import format_number, format_table, write_results
 from ._paths import check_outputs
 from ._specs import spec_option
 from ._versions import environment_versions
-from .evaluate import EvaluationInputs, build_calculator, check_device, load_inputs
+from .evaluate import (
+    EvaluationInputs,
+    build_calculator,
+    check_device,
+    compute_metrics,
+    load_inputs,
+)
 
 __all__ = ["COMPARED_METRICS", "add_parser", "run"]
 
@@ -138,14 +144,7 @@ def _model_args(args: argparse.Namespace, model: str) -> argparse.Namespace:
 
 
 def _per_query(calculator: Any, inputs: EvaluationInputs, args: argparse.Namespace) -> Any:
-    results = calculator.get_accuracy(
-        inputs.query,
-        inputs.query_labels,
-        inputs.reference,
-        inputs.reference_labels,
-        ref_includes_query=args.ref_includes_query,
-        return_per_query=True,
-    )
+    results = compute_metrics(calculator, inputs, args.ref_includes_query, True)
     return results["per_query"]
 
 

@@ -37,7 +37,14 @@ from ._specs import describe_spec, spec_option
 from ._versions import environment_versions
 from .loaders import encode_labels, load_embeddings, read_labels
 
-__all__ = ["EvaluationInputs", "load_inputs", "build_calculator", "add_parser", "run"]
+__all__ = [
+    "EvaluationInputs",
+    "load_inputs",
+    "build_calculator",
+    "compute_metrics",
+    "add_parser",
+    "run",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -240,14 +247,7 @@ def run(args: argparse.Namespace) -> int:
     calculator_logger = logging.getLogger(AccuracyCalculator.__module__)
     calculator_logger.addFilter(small_k)
     try:
-        metrics = calculator.get_accuracy(
-            inputs.query,
-            inputs.query_labels,
-            inputs.reference,
-            inputs.reference_labels,
-            ref_includes_query=args.ref_includes_query,
-            return_per_query=args.ci is not None,
-        )
+        metrics = compute_metrics(calculator, inputs, args.ref_includes_query, args.ci is not None)
     finally:
         calculator_logger.removeFilter(small_k)
     logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
@@ -259,6 +259,23 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
     return 0
+
+
+def compute_metrics(
+    calculator: AccuracyCalculator,
+    inputs: EvaluationInputs,
+    ref_includes_query: bool,
+    return_per_query: bool,
+) -> dict[str, Any]:
+    """``calculator.get_accuracy`` on what was read from the files."""
+    return calculator.get_accuracy(
+        inputs.query,
+        inputs.query_labels,
+        inputs.reference,
+        inputs.reference_labels,
+        ref_includes_query=ref_includes_query,
+        return_per_query=return_per_query,
+    )
 
 
 class _SmallK(logging.Filter):
