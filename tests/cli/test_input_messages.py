@@ -149,3 +149,26 @@ def test_scores_without_plain_values_are_refused(scores, what: str) -> None:
     labels = torch.tensor([True, False, True, False])
     with pytest.raises(InvalidTypeError, match=f"'scores' parameter.*{what}"):
         select_threshold(scores, labels, match_f1, is_inverted=False)
+
+
+def test_cli_device_input_is_not_a_regular_file(cli) -> None:
+    result = cli("evaluate", "/dev/null", "--labels", "/dev/null")
+    assert result.code == 1
+    assert "'/dev/null' is not a regular file" in error_line(result.err)
+    assert "does not exist" not in result.err
+    _no_traceback(result.err)
+
+
+def test_cli_reads_a_label_column_of_a_csv(cli, tmp_path: Path) -> None:
+    path = tmp_path / "emb.csv"
+    rows = [f"{i % 2 * 10 + i * 0.01},{i},{'ab'[i % 2]}" for i in range(8)]
+    path.write_text("x,y,label\n" + "\n".join(rows) + "\n")
+    result = cli(
+        "evaluate", f"{path}:x", "--labels", f"{path}:label", "--metrics", "precision_at_1"
+    )
+    assert result.code == 0, result.err
+    assert re.search(r"precision_at_1 +1\.0000", result.out)
+    missing = cli("evaluate", f"{path}:x", "--labels", f"{path}:class")
+    assert missing.code == 1
+    assert "has no column 'class'" in error_line(missing.err)
+    _no_traceback(missing.err)

@@ -197,8 +197,15 @@ def test_a_device_is_not_a_regular_file() -> None:
 def test_stdin_dash(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
+    from pytorch_metric_learning.cli import loaders
+
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"0\n1\n0\n")))
-    assert read_labels("-").tolist() == [0, 1, 0]
+    loaders._stdin_bytes.cache_clear()  # standard input is read once per process
+    try:
+        assert read_labels("-").tolist() == [0, 1, 0]
+        assert read_labels("-").tolist() == [0, 1, 0]  # a second reader gets the same bytes
+    finally:
+        loaders._stdin_bytes.cache_clear()
 
 
 def test_cli_names_the_file_without_a_traceback(
