@@ -194,9 +194,7 @@ class FaissKNN:
                 self._append(reference)
             else:
                 self._place(query.device, search_k)
-            # one neighbour more shows the rows with a tie across the k-th place
-            extra = int(search_k < self._require_index("search").ntotal)
-            distances, indices = self._search(query, search_k + extra)
+            distances, indices = self._search(query, search_k + self._extra(search_k))
             if ref_includes_query:
                 distances, indices = remove_self_matches(distances, indices)
             distances, indices = order_ties(distances, indices, self.is_inverted)
@@ -210,6 +208,15 @@ class FaissKNN:
             if self.reset_after:
                 self.reset()
         return distances[:, :k], indices[:, :k]
+
+    def _extra(self, search_k: int) -> int:
+        """1 to search one neighbour more, which shows the rows with a tie across the k-th
+        place; 0 when there is none, or when it would push a GPU search to the CPU."""
+        index = self._require_index("search")
+        if search_k >= index.ntotal:
+            return 0
+        on_gpu = bool(_gpu.index_gpus(index, faiss))
+        return 0 if on_gpu and not _gpu.k_fits_gpu(search_k + 1) else 1
 
     def _whole_ties(
         self, query: torch.Tensor, rows: torch.Tensor, k: int, drop_self: bool
