@@ -184,7 +184,9 @@ def check_pairs(scores: Any, labels: Any, owner: str) -> tuple[torch.Tensor, tor
 def _as_cpu_tensor(value: Any, param: str, owner: str, kind: str) -> torch.Tensor:
     """``value`` as a detached CPU tensor; NumPy arrays must have the dtype ``kind``."""
     if isinstance(value, torch.Tensor):
-        return check_plain_tensor(value, param, owner).detach().cpu()
+        if not value.is_complex():  # complex scores: a ValueError from the dtype check
+            check_plain_tensor(value, param, owner)  # meta and sparse: before .cpu()
+        return value.detach().cpu()
     expected = "a floating-point" if kind == "f" else "a boolean"
     if not isinstance(value, np.ndarray):
         raise invalid(
