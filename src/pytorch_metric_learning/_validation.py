@@ -13,6 +13,7 @@ __all__ = [
     "invalid",
     "check_positive_int",
     "check_tensor",
+    "check_plain_tensor",
     "check_embeddings",
     "check_matrix",
     "check_finite",
@@ -42,6 +43,26 @@ def check_tensor(value: Any, param: str, owner: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise invalid(param, owner, "a torch.Tensor", type(value).__name__, InvalidTypeError)
     return value
+
+
+def check_plain_tensor(value: Any, param: str, owner: str) -> Any:
+    """Refuse meta, sparse and complex tensors before any work: they hold no values (meta),
+    or not as the dense real rows that distances and labels need. Other values pass."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    hint = ""
+    if value.is_meta:
+        got = "a meta tensor (a shape with no values)"
+    elif value.layout != torch.strided:
+        got, hint = f"a sparse tensor ({value.layout})", " Call .to_dense() first."
+    elif value.is_complex():
+        got = f"a complex tensor ({value.dtype})"
+    else:
+        return value
+    raise InvalidTypeError(
+        f"The '{param}' parameter of {owner} must be a dense real tensor with values. "
+        f"Got {got} instead.{hint}"
+    )
 
 
 def check_embeddings(value: Any, param: str, owner: str) -> torch.Tensor:

@@ -34,14 +34,23 @@ def parse_spec(text: str, option: str) -> str | dict[str, Any]:
         raise InvalidArgumentError(
             f"The {option} option is not valid JSON ({error.msg} at column {error.colno}): {text}"
         ) from None
+    except RecursionError:  # '[[[[...': nested deeper than the parser goes
+        raise InvalidArgumentError(
+            f"The {option} option is JSON nested too deeply to read; give a backend name or "
+            f'a JSON object with a "name". Got {_shortened(text)} instead.'
+        ) from None
     if isinstance(spec, str):
         return spec
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
         raise InvalidArgumentError(
             f'The {option} option must be a backend name or a JSON object with a "name". '
-            f"Got {text} instead."
+            f"Got {_shortened(text)} instead."
         )
     return spec
+
+
+def _shortened(text: str, most: int = 60) -> str:
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
 def spec_option(option: str) -> Callable[[str], Any]:

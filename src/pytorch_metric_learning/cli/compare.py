@@ -15,7 +15,13 @@ from ._intervals import bootstrap_settings
 from ._output import format_number, format_table, write_results
 from ._paths import check_outputs
 from ._versions import environment_versions
-from .evaluate import EvaluationInputs, build_calculator, load_inputs, resolve_device
+from .evaluate import (
+    EvaluationInputs,
+    build_calculator,
+    compute_metrics,
+    load_inputs,
+    resolve_device,
+)
 from .parsers.compare import COMPARED_METRICS, check_references, input_files
 
 __all__ = ["COMPARED_METRICS", "run"]
@@ -63,14 +69,7 @@ def _model_args(args: argparse.Namespace, model: str) -> argparse.Namespace:
 
 
 def _per_query(calculator: Any, inputs: EvaluationInputs, args: argparse.Namespace) -> Any:
-    results = calculator.get_accuracy(
-        inputs.query,
-        inputs.query_labels,
-        inputs.reference,
-        inputs.reference_labels,
-        ref_includes_query=args.ref_includes_query,
-        return_per_query=True,
-    )
+    results = compute_metrics(calculator, inputs, args.ref_includes_query, True)
     return results["per_query"]
 
 

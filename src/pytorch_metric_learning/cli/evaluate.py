@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,10 +37,14 @@ __all__ = [
     "build_calculator",
     "check_device",
     "resolve_device",
+    "compute_metrics",
     "run",
 ]
 
 logger = logging.getLogger(__name__)
+
+# Appended to the name of a metric the table shows but --k made wrong.
+WRONG_MARK = " (!)"
 
 
 @dataclass
@@ -164,22 +170,69 @@ def run(args: argparse.Namespace) -> int:
     calculator = build_calculator(args)
     _log_setup(inputs, calculator)
     started = time.perf_counter()
-    metrics = calculator.get_accuracy(
+    small_k = _SmallK()
+    calculator_logger = logging.getLogger(AccuracyCalculator.__module__)
+    calculator_logger.addFilter(small_k)
+    try:
+        metrics = compute_metrics(calculator, inputs, args.ref_includes_query, args.ci is not None)
+    finally:
+        calculator_logger.removeFilter(small_k)
+    logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
+    small_k.warn()
+    intervals = pop_intervals(metrics, args)
+    if args.output != "-":
+        print(_describe_search(inputs, args))
+        print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))
+    if args.output:
+        write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
+    return 0
+
+
+def compute_metrics(
+    calculator: AccuracyCalculator,
+    inputs: EvaluationInputs,
+    ref_includes_query: bool,
+    return_per_query: bool,
+) -> dict[str, Any]:
+    """``calculator.get_accuracy`` on what was read from the files."""
+    return calculator.get_accuracy(
         inputs.query,
         inputs.query_labels,
         inputs.reference,
         inputs.reference_labels,
-        ref_includes_query=args.ref_includes_query,
-        return_per_query=args.ci is not None,
+        ref_includes_query=ref_includes_query,
+        return_per_query=return_per_query,
     )
-    logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
-    intervals = pop_intervals(metrics, args)
-    if args.output != "-":
-        print(_describe_search(inputs, args))
-        print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci))
-    if args.output:
-        write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
-    return 0
+
+
+class _SmallK(logging.Filter):
+    """Catches the calculator's "k below the max bin count" record, worded for Python
+    callers (``k='max_bin_count'``), so that the CLI says it in its own terms, once, and
+    marks the metrics it names in the table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+        self.k = 0
+        self.max_bin_count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.funcName != "_log_small_k" or not isinstance(record.args, tuple):
+            return True
+        names, k, max_bin_count = record.args
+        self.k, self.max_bin_count = int(k), int(max_bin_count)  # type: ignore[call-overload]
+        self.names += [str(name) for name in names if name not in self.names]  # type: ignore[attr-defined]
+        return False
+
+    def warn(self) -> None:
+        if not self.names:
+            return
+        print(
+            f"pml-eval: warning: --k {self.k} is below the size of the largest class "
+            f"({self.max_bin_count} relevant references), so {', '.join(self.names)} are "
+            f"wrong (marked {WRONG_MARK.strip()} in the table). Use --k max_bin_count or --k all.",
+            file=sys.stderr,
+        )
 
 
 def _log_setup(inputs: EvaluationInputs, calculator: AccuracyCalculator) -> None:
@@ -215,13 +268,22 @@ def _render(
     ref_includes_query: bool,
     intervals: dict[str, Any] | None = None,
     level: float | None = None,
+    wrong: Sequence[str] = (),
 ) -> str:
-    lists = {name: value for name, value in metrics.items() if isinstance(value, list)}
-    scalars = [[name, value] for name, value in metrics.items() if name not in lists]
+    """The metrics as tables; those in ``wrong`` are marked, with a note under the table."""
+    lists = {_marked(n, wrong): v for n, v in metrics.items() if isinstance(v, list)}
+    scalars = [
+        [_marked(name, wrong), value]
+        for name, value in metrics.items()
+        if not isinstance(value, list)
+    ]
     header = ["metric", "value"]
     if intervals and level is not None:  # --ci: one more column
         header.append(interval_header(level))
-        scalars = [[*row, interval_cell(intervals.get(row[0]))] for row in scalars]
+        scalars = [
+            [*row, interval_cell(intervals.get(str(row[0]).removesuffix(WRONG_MARK)))]
+            for row in scalars
+        ]
     blocks = [format_table(header, scalars)] if scalars else []
     if lists:
         classes = _per_class_names(inputs, lists, ref_includes_query)
@@ -229,7 +291,13 @@ def _render(
             [label, *(values[i] for values in lists.values())] for i, label in enumerate(classes)
         ]
         blocks.append(format_table(["class", *lists], rows))
+    if wrong:
+        blocks.append(f"{WRONG_MARK.strip()} wrong: --k is below the largest class's size")
     return "\n\n".join(blocks)
+
+
+def _marked(name: str, wrong: Sequence[str]) -> str:
+    return f"{name}{WRONG_MARK}" if name in wrong else name
 
 
 def _per_class_names(

@@ -7,20 +7,31 @@ data.npz`` reads both from one file.
 
 CSV files hold one row per sample, comma-separated, read as pandas would: UTF-8 with or
 without a byte order mark, fields optionally in double quotes. Lines starting with ``#`` are
-comments. A first line of names over lines of numbers is a header and is skipped; a file of
-text labels has no header (write it as a ``#`` comment).
+comments. A first line of names over lines of numbers is a header and is skipped, and so is
+a usual column name (``label``, ``class``, ...) over a column of names; ``FILE.csv:COLUMN``
+reads one column by its header name. Numbers are read exactly (see ``_csv_reader``).
+
+A pipe (a FIFO, or ``<(...)`` process substitution) is read like a file, and ``-`` reads
+standard input; their format is read off the suffix, or else off the bytes (``.npy``,
+``.npz`` and ``.pt`` start with their own signatures, anything else is CSV). Other special
+files (devices, sockets) are refused as "not a regular file".
 """
 
 from __future__ import annotations
 
-import csv
+import functools
+import io
+import os
+import stat
+import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError
+from ._csv_reader import CsvError, parse_csv
 
 __all__ = [
     "SUFFIXES",
@@ -35,7 +46,12 @@ __all__ = [
 ]
 
 SUFFIXES = (".npy", ".npz", ".pt", ".pth", ".csv")
-_KEYED_SUFFIXES = (".npz", ".pt", ".pth")
+_KEYED_SUFFIXES = (".npz", ".pt", ".pth", ".csv")
+STDIN = "-"
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK\x03\x04"
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_EXACT_FLOAT = 2.0**53
 _TRUE = {"true", "t", "yes", "y", "1", "1.0", "match", "same"}
 _FALSE = {"false", "f", "no", "n", "0", "0.0", "non-match", "different"}
 
@@ -62,25 +78,70 @@ def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
         (2, 2)
     """
     path, key = _split_key(str(source))
-    if path.is_dir():
+    handle, suffix = _open(path, role)
+    if key is not None and suffix not in _KEYED_SUFFIXES:
+        raise InputFileError(f"A ':KEY' can only follow a .npz, .pt or .csv file. Got '{source}'.")
+    try:
+        return _READERS[suffix](handle, path, key, role)
+    except InputFileError:
+        raise
+    except CsvError as error:
+        raise InputFileError(str(error)) from None
+    except Exception as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise InputFileError(f"Cannot read the {role} file '{path}': {reason}") from error
+
+
+def _open(path: Path, role: str) -> tuple[Path | IO[bytes], str]:
+    """``(what the reader reads, suffix)``: a regular file's path, or a pipe's bytes."""
+    if str(path) == STDIN:
+        return _sniffed(_stdin_bytes(), path, role)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputFileError(f"The {role} file '{path}' does not exist.") from None
+    except OSError as error:
+        raise InputFileError(f"Cannot read the {role} file '{path}': {error.strerror}") from None
+    if stat.S_ISDIR(mode):
         raise InputFileError(f"The {role} file '{path}' is a folder; give the file in it.")
-    if not path.is_file():
-        raise InputFileError(f"The {role} file '{path}' does not exist.")
+    if stat.S_ISFIFO(mode):
+        with open(path, "rb") as pipe:
+            return _sniffed(pipe.read(), path, role)
+    if not stat.S_ISREG(mode):
+        raise InputFileError(
+            f"The {role} file '{path}' is not a regular file (a device or socket); give a "
+            f"file, a pipe, or '{STDIN}' for standard input."
+        )
+    return path, _suffix(path, role)
+
+
+@functools.lru_cache(maxsize=1)
+def _stdin_bytes() -> bytes:
+    """Standard input, read once: ``compare`` reads one ``--labels -`` for both models."""
+    return sys.stdin.buffer.read()
+
+
+def _suffix(path: Path, role: str) -> str:
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise InputFileError(
             f"The {role} file '{path}' must end with one of {', '.join(SUFFIXES)}. "
             f"Got '{suffix or path.name}' instead."
         )
-    if key is not None and suffix not in _KEYED_SUFFIXES:
-        raise InputFileError(f"A ':KEY' can only follow a .npz or .pt file. Got '{source}'.")
-    try:
-        return _READERS[suffix](path, key, role)
-    except InputFileError:
-        raise
-    except Exception as error:
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise InputFileError(f"Cannot read the {role} file '{path}': {reason}") from error
+    return suffix
+
+
+def _sniffed(data: bytes, path: Path, role: str) -> tuple[IO[bytes], str]:
+    """A pipe's bytes and their format: the suffix if it has one, else the signature."""
+    if path.suffix.lower() in SUFFIXES:
+        return io.BytesIO(data), path.suffix.lower()
+    if data.startswith(_NPY_MAGIC):
+        return io.BytesIO(data), ".npy"
+    if data.startswith(_ZIP_MAGIC):
+        return io.BytesIO(data), ".pt" if b"data.pkl" in data else ".npz"
+    if data.startswith(b"\x80"):  # a pickle: torch's legacy format
+        return io.BytesIO(data), ".pt"
+    return io.BytesIO(data), ".csv"
 
 
 def load_embeddings(source: str | Path) -> torch.Tensor:
@@ -131,21 +192,40 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
     name = str(source)
     array = _as_vector(load_array(source, "labels"), "labels", name)
     _check_length(array, num_rows, "labels", name)
+    if array.dtype.kind == "u" and int(array.max()) > _INT64_MAX:
+        return array.astype(np.uint64)  # kept exact: int64 would make them negative
     if array.dtype.kind in "iub":
         return array.astype(np.int64)
     if array.dtype.kind == "f":
-        if not np.isfinite(array).all() or not np.all(array == np.round(array)):
-            raise InputFileError(f"The labels in '{name}' must be integers or names.")
-        return array.astype(np.int64)
+        return _integral_floats(array, name)
+    if array.dtype.kind not in "US":
+        raise InputFileError(
+            f"The labels in '{name}' must be integers or names. Got values of type "
+            f"{array.dtype} instead."
+        )
     return array.astype(str)
 
 
-def encode_labels(*arrays: np.ndarray) -> tuple[list[torch.Tensor], list[str] | None]:
+def _integral_floats(array: np.ndarray, name: str) -> np.ndarray:
+    """Float labels that are whole numbers, as int64; beyond 2^53 a float is not exact."""
+    if not np.isfinite(array).all() or not np.all(array == np.round(array)):
+        raise InputFileError(f"The labels in '{name}' must be integers or names.")
+    largest = float(np.abs(array).max())
+    if largest > _EXACT_FLOAT:
+        raise InputFileError(
+            f"The labels in '{name}' must be integers or names; a float label above 2^53 "
+            f"cannot be read exactly. Got {largest:g} instead: save them as integers."
+        )
+    return array.astype(np.int64)
+
+
+def encode_labels(*arrays: np.ndarray) -> tuple[list[torch.Tensor], list[Any] | None]:
     """Turn label arrays into ``torch.long`` tensors that share one numbering.
 
     Integer labels are kept as they are (and no names are returned). Otherwise every
     label is read as a name, and the names of all arrays together are numbered in sorted
-    order, so a class has the same number in the query and in the reference.
+    order, so a class has the same number in the query and in the reference. uint64
+    labels of 2^63 and above are numbered the same way, named by their (integer) values.
 
     Returns:
         The tensors, in the order given, and the class names (index = number) or ``None``.
@@ -155,16 +235,22 @@ def encode_labels(*arrays: np.ndarray) -> tuple[list[torch.Tensor], list[str] | 
         >>> query.tolist(), reference.tolist(), names
         ([1], [0, 1], ['a', 'b'])
     """
-    if all(array.dtype.kind in "iu" for array in arrays):
+    integers = all(array.dtype.kind in "iu" for array in arrays)
+    if integers and all(array.dtype.kind == "i" or _fits_int64(array) for array in arrays):
         return [torch.from_numpy(array.astype(np.int64)) for array in arrays], None
-    text = [array.astype(str) for array in arrays]
+    # uint64 labels past int64 are numbered in order and named by their values
+    text = [array.astype(object if integers else str) for array in arrays]
     names, numbered = np.unique(np.concatenate(text), return_inverse=True)
     bounds = np.cumsum([0] + [len(array) for array in text])
     tensors = [
         torch.from_numpy(numbered.reshape(-1)[start:stop].astype(np.int64))
         for start, stop in zip(bounds[:-1], bounds[1:])
     ]
-    return tensors, [str(name) for name in names]
+    return tensors, [int(name) if integers else str(name) for name in names]
+
+
+def _fits_int64(array: np.ndarray) -> bool:
+    return len(array) == 0 or int(array.max()) <= _INT64_MAX
 
 
 def load_labels(source: str | Path, num_rows: int | None = None) -> torch.Tensor:
@@ -224,23 +310,32 @@ def load_match_labels(source: str | Path, num_rows: int) -> torch.Tensor:
 
 
 def _split_key(source: str) -> tuple[Path, str | None]:
+    """``FILE:KEY`` -> ``(FILE, KEY)``, unless ``FILE:KEY`` is itself an existing file."""
     head, sep, tail = source.rpartition(":")
-    if sep and tail and Path(head).suffix.lower() in _KEYED_SUFFIXES:
+    if (
+        sep
+        and tail
+        and Path(head).suffix.lower() in _KEYED_SUFFIXES
+        and not os.path.lexists(source)
+    ):
         return Path(head), tail
     return Path(source), None
 
 
-def _read_npy(path: Path, key: str | None, role: str) -> np.ndarray:
-    return np.load(path, allow_pickle=False)
+Source = Path | IO[bytes]
 
 
-def _read_npz(path: Path, key: str | None, role: str) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as archive:
+def _read_npy(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+    return np.load(source, allow_pickle=False)
+
+
+def _read_npz(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+    with np.load(source, allow_pickle=False) as archive:
         return _pick(dict(archive.items()), path, key, role)
 
 
-def _read_pt(path: Path, key: str | None, role: str) -> np.ndarray:
-    content = torch.load(path, map_location="cpu", weights_only=True)
+def _read_pt(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+    content = torch.load(source, map_location="cpu", weights_only=True)
     if isinstance(content, dict):
         content = _pick(content, path, key, role)
     elif key is not None:
@@ -269,40 +364,9 @@ def _pick(arrays: dict[str, Any], path: Path, key: str | None, role: str) -> Any
     )
 
 
-def _read_csv(path: Path, key: str | None, role: str) -> np.ndarray:
-    # utf-8-sig: spreadsheet tools start the file with a byte order mark, which must not
-    # turn the first row into text (and so into a "header").
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        lines = [line for line in handle if not line.lstrip().startswith("#")]
-    rows = [row for row in csv.reader(lines) if row and any(cell.strip() for cell in row)]
-    if not rows:
-        raise InputFileError(f"The {role} file '{path}' is empty: it has no rows of values.")
-    if len(rows) > 1 and not _all_numbers(rows[0]) and _all_numbers(rows[1]):
-        rows = rows[1:]  # a header line
-    widths = {len(row) for row in rows}
-    if len(widths) > 1:
-        raise InputFileError(
-            f"The rows of '{path}' have different numbers of columns: {sorted(widths)}."
-        )
-    cells = [[cell.strip() for cell in row] for row in rows]
-    if all(_is_number(cell) for row in cells for cell in row):
-        array = np.array(cells, dtype=np.float64).reshape(len(cells), -1)
-        if np.all(array == np.round(array)) and not any("." in c for r in cells for c in r):
-            array = array.astype(np.int64)
-        return array
-    return np.array(cells, dtype=str).reshape(len(cells), -1)
-
-
-def _all_numbers(cells: list[str]) -> bool:
-    return all(_is_number(cell) for cell in cells)
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
+def _read_csv(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+    data = source.read_bytes() if isinstance(source, Path) else source.read()
+    return parse_csv(data, str(path), role, column=key)
 
 
 _READERS = {

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..evaluation import (
@@ -24,7 +26,7 @@ from ._versions import environment_versions
 from .loaders import load_match_labels, load_scores
 from .parsers.threshold import TAR_AT_FAR, metric_name
 
-__all__ = ["parse_metric", "plot_title", "run"]
+__all__ = ["area_under_roc", "parse_metric", "plot_title", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info(
         "Read %d scores (%d should match); metric: %s", len(scores), int(labels.sum()), name
     )
+    _warn_if_inverted(scores, labels, args.similarity)
     selection = select_threshold(scores, labels, metric, is_inverted=args.similarity)
     record = {
         "threshold": selection.threshold,
@@ -84,6 +87,45 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args, scores, labels, metric, name, selection.threshold)
     return 0
+
+
+def area_under_roc(scores: torch.Tensor, labels: torch.Tensor, is_inverted: bool) -> float:
+    """The chance that a matching pair is scored more alike than a non-matching one (ties
+    count half): 0.5 is chance, below 0.5 the scores separate the pairs the other way.
+
+    Example:
+        >>> area_under_roc(torch.tensor([0.1, 0.9]), torch.tensor([True, False]), False)
+        1.0
+    """
+    values = scores.double().numpy()
+    alike = -values if is_inverted else values  # smaller = more alike
+    _, inverse, counts = np.unique(alike, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    ranks = (ends - (counts - 1) / 2.0)[inverse]  # 1-based, ties averaged
+    matches = labels.numpy().astype(bool)
+    positives, negatives = int(matches.sum()), int((~matches).sum())
+    # Mann-Whitney: matches ranked before non-matches
+    below = ranks[matches].sum() - positives * (positives + 1) / 2.0
+    return float(1.0 - below / (positives * negatives))
+
+
+def _warn_if_inverted(scores: torch.Tensor, labels: torch.Tensor, is_inverted: bool) -> None:
+    """Say so when the scores separate the pairs the other way round from what was said."""
+    if bool(labels.all()) or not bool(labels.any()):
+        return
+    auc = area_under_roc(scores, labels, is_inverted)
+    if auc >= 0.5:
+        return
+    if is_inverted:
+        told, hint = "similarities", "if they are distances, drop --similarity"
+    else:
+        told, hint = "distances", "if they are similarities, rerun with --similarity"
+    print(
+        f"pml-eval: warning: the scores look inverted: read as {told}, matching pairs score "
+        f"less alike than non-matching ones (area under the ROC curve {auc:.4f}, below the "
+        f"0.5 of chance); {hint}.",
+        file=sys.stderr,
+    )
 
 
 def _rates_at(

@@ -36,6 +36,14 @@ def scaled(case: dict[str, Any], factor: float) -> dict[str, Any]:
     return case
 
 
+def tied(case: dict[str, Any]) -> dict[str, Any]:
+    """Round the rows to -1, 0 or 1: many exact ties, broken by global reference index."""
+    case["query"] = case["query"].round().clamp(-1, 1)
+    if case["rest"] is not None:
+        case["rest"] = case["rest"].round().clamp(-1, 1)
+    return case
+
+
 def labelled(case: dict[str, Any], width: int | None = None) -> dict[str, Any]:
     """Give every query and rest row an integer label (rows of ``width`` labels if given)."""
     generator = torch.Generator().manual_seed(17)
@@ -89,6 +97,16 @@ def knn_plan(world: int) -> list[dict[str, Any]]:
             options={"knn_func": {"name": "custom", "distance": "cosine"}, "block_size": 2},
         ),
         knn_case("one_block", uneven, others, k=1, options={"block_size": 64}),
+        tied(knn_case("ties", uneven, others, k=6)),
+        tied(
+            knn_case(
+                "ties_self",
+                _first([4, 6, 0], world),
+                _first([3, 0, 8], world),
+                k=5,
+                ref_includes_query=True,
+            )
+        ),
         scaled(knn_case("scaled_up", uneven, others, k=4), 2.0**70),  # distances overflow
         scaled(knn_case("scaled_down", uneven, others, k=4), 2.0**-80),  # and underflow
         labelled(knn_case("labels", uneven, others, k=3)),

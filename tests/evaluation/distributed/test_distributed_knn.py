@@ -41,6 +41,8 @@ def _ranks_of(case: dict[str, Any], world: int) -> list[int]:
         "no_reference",
         "cosine_all",
         "one_block",
+        "ties",
+        "ties_self",
         "scaled_up",
         "scaled_down",
         "after_failure",

@@ -19,6 +19,7 @@ from pytorch_metric_learning.errors import (
     InvalidTypeError,
 )
 from pytorch_metric_learning.evaluation.search._rescale import largest_magnitude
+from pytorch_metric_learning.evaluation.search._ties import order_ties, tied_at_boundary
 from pytorch_metric_learning.evaluation.search.knn import (
     check_search_inputs,
     check_search_k,
@@ -194,13 +195,50 @@ class FaissKNN:
                 self._append(reference)
             else:
                 self._place(query.device, search_k)
-            distances, indices = self._search(query, search_k)
+            distances, indices = self._search(query, search_k + self._extra(search_k))
+            if ref_includes_query:
+                distances, indices = remove_self_matches(distances, indices)
+            distances, indices = order_ties(distances, indices, self.is_inverted)
+            tied = tied_at_boundary(distances, k)
+            if len(tied):
+                distances, indices = distances.clone(), indices.clone()
+                distances[tied, :k], indices[tied, :k] = self._whole_ties(
+                    query, tied, k, ref_includes_query
+                )
         finally:
             if self.reset_after:
                 self.reset()
-        if ref_includes_query:
-            return remove_self_matches(distances, indices)
-        return distances, indices
+        return distances[:, :k], indices[:, :k]
+
+    def _extra(self, search_k: int) -> int:
+        """1 to search one neighbour more, which shows the rows with a tie across the k-th
+        place; 0 when there is none, or when it would push a GPU search to the CPU."""
+        index = self._require_index("search")
+        if search_k >= index.ntotal:
+            return 0
+        on_gpu = bool(_gpu.index_gpus(index, faiss))
+        return 0 if on_gpu and not _gpu.k_fits_gpu(search_k + 1) else 1
+
+    def _whole_ties(
+        self, query: torch.Tensor, rows: torch.Tensor, k: int, drop_self: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first k neighbours of the query ``rows`` by (distance, index): searched for
+        twice as many until every reference tied at the k-th distance is in."""
+        total = self._require_index("search").ntotal
+        wanted = min(2 * (k + drop_self + 1), total)
+        while True:
+            distances, indices = self._search(query[rows], wanted)
+            if drop_self:  # the query row's own index, when present
+                own = indices == rows.to(indices.device).unsqueeze(1)
+                key = distances.masked_fill(own, -torch.inf if self.is_inverted else torch.inf)
+                order = torch.argsort(own.to(torch.int8), dim=1, stable=True)
+                distances, indices = key.gather(1, order), indices.gather(1, order)
+                distances, indices = distances[:, :-1], indices[:, :-1]
+            beyond = distances[:, -1] != distances[:, k - 1]
+            if wanted == total or bool(beyond.all()):
+                distances, indices = order_ties(distances, indices, self.is_inverted)
+                return distances[:, :k], indices[:, :k]
+            wanted = min(2 * wanted, total)
 
     def train(self, reference: torch.Tensor | np.ndarray) -> None:
         """Replace the index with a new one holding ``reference`` (trained on it if needed).

@@ -16,6 +16,7 @@ __all__ = [
     "Deferred",
     "add_command",
     "positive_int",
+    "non_negative_int",
     "ci_level",
     "device_name",
     "metric_names",
@@ -55,6 +56,22 @@ def add_command(
         name, help=COMMANDS[name][1], description=description
     )
     return parser
+
+
+def non_negative_int(text: str) -> int:
+    """An int of at least 0 (an argparse ``type``; NumPy's generators take no negative seed).
+
+    Example:
+        >>> non_negative_int("0")
+        0
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative int. Got {text!r} instead")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -153,7 +170,9 @@ def add_bootstrap_arguments(parser: argparse.ArgumentParser, ci_default: float |
     parser.add_argument(
         "--resamples", type=positive_int, default=1000, help="bootstrap resamples (default: 1000)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help="bootstrap seed (default: 0)"
+    )
 
 
 def check_ci_options(args: argparse.Namespace) -> None:

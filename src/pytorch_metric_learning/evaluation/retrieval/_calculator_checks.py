@@ -1,4 +1,5 @@
-"""AccuracyCalculator's input checks that go beyond type and shape: device, NaN labels, no rows."""
+"""AccuracyCalculator's input checks beyond type and shape: device, NaN labels, no rows or
+columns, and tensors that hold no plain values (meta, sparse, complex)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ from typing import Any
 
 import torch
 
-from ..._validation import invalid
+from ..._validation import check_plain_tensor, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["check_device", "check_has_rows", "check_labels_not_nan"]
+__all__ = [
+    "check_device",
+    "check_has_columns",
+    "check_has_rows",
+    "check_labels_not_nan",
+    "check_plain_tensor",
+]
 
 _DEVICE = "None, a torch.device, a CUDA ordinal or a device string such as 'cpu' or 'cuda:0'"
 
@@ -65,3 +72,11 @@ def check_labels_not_nan(labels: torch.Tensor, param: str, owner: str) -> torch.
             "matches no label, itself included. Drop those samples or give them a real label."
         )
     return labels
+
+
+def check_has_columns(query: torch.Tensor, owner: str) -> None:
+    """Raise ``ValueError`` for embeddings of zero columns: every distance is 0, so the
+    neighbours would be picked by tie order alone."""
+    if query.ndim == 2 and query.shape[1] == 0:
+        shape = f"shape {tuple(query.shape)}"
+        raise invalid("query", owner, "embeddings with at least one column", shape)

@@ -34,7 +34,13 @@ from ..search.knn import CustomKNN
 from ..search.knn_output import check_knn_output
 from ..search.registry import Spec, load_kmeans_func, load_knn_func
 from . import metrics
-from ._calculator_checks import check_device, check_has_rows, check_labels_not_nan
+from ._calculator_checks import (
+    check_device,
+    check_has_columns,
+    check_has_rows,
+    check_labels_not_nan,
+    check_plain_tensor,
+)
 from ._compat import EQUALITY, legacy_knn_metric
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
 from ._metric_names import describe_families, parse_metric_name, per_query_function
@@ -393,6 +399,7 @@ class AccuracyCalculator:
             query, query_labels, reference, reference_labels, ref_includes_query
         )
         check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
+        check_has_columns(query, f"{OWNER}.get_accuracy")
         functions = self._functions_for_call(include, exclude)
         kwargs: dict[str, Any] = {
             "query": query,
@@ -485,6 +492,7 @@ class AccuracyCalculator:
 
     def _embeddings(self, value: Any, param: str) -> torch.Tensor:
         tensor = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        tensor = check_plain_tensor(tensor, param, f"{OWNER}.get_accuracy")
         if isinstance(tensor, torch.Tensor) and self.device is not None:
             tensor = tensor.to(self.device)
         if isinstance(tensor, torch.Tensor):
@@ -511,6 +519,7 @@ class AccuracyCalculator:
                 type(value).__name__,
                 InvalidTypeError,
             )
+        value = check_plain_tensor(value, param, f"{OWNER}.get_accuracy")
         value = check_labels_not_nan(value.to(embeddings.device), param, f"{OWNER}.get_accuracy")
         if value.ndim == 0 or len(value) != len(embeddings):
             raise invalid(

@@ -217,7 +217,7 @@ def compare_per_query(
     values_a = _per_query_values(per_query_a, owner)
     values_b = _per_query_values(per_query_b, owner)
     _check_same_queries(per_query_a, per_query_b, owner)
-    names = [name for name in values_a if name in values_b]
+    names = _common_metrics(values_a, values_b, owner)
     matrix_a = _values_matrix({name: values_a[name] for name in names}, owner)
     matrix_b = _values_matrix({name: values_b[name] for name in names}, owner)
     groups = _class_groups(per_query_a) if by_class else None
@@ -383,6 +383,26 @@ def _check_same_queries(first: PerQueryValues, second: PerQueryValues, owner: st
             f"(same query labels, same reference labels). Got {len(first)} and "
             f"{len(second)} scored queries at different indices instead."
         )
+    labels = (first.query_labels.cpu(), second.query_labels.cpu())
+    if labels[0].shape != labels[1].shape or not bool(torch.equal(*labels)):
+        differ = int((labels[0] != labels[1]).reshape(len(labels[0]), -1).any(1).sum())
+        raise InvalidArgumentError(
+            f"The two per-query results given to {owner} must be computed with the same "
+            f"labels: a paired comparison scores the same queries against the same classes. "
+            f"Got different labels for {differ} of {len(first)} scored queries instead."
+        )
+
+
+def _common_metrics(
+    values_a: Mapping[str, torch.Tensor], values_b: Mapping[str, torch.Tensor], owner: str
+) -> list[str]:
+    names = [name for name in values_a if name in values_b]
+    if not names:
+        raise InvalidArgumentError(
+            f"The two per-query results given to {owner} have no metric in common, so there "
+            f"is nothing to compare. Got {sorted(values_a)} and {sorted(values_b)} instead."
+        )
+    return names
 
 
 def _class_groups(per_query: PerQueryValues) -> torch.Tensor:
@@ -408,3 +428,5 @@ def _check_options(level: Any, num_resamples: Any, seed: Any, owner: str) -> Non
         raise invalid("num_resamples", owner, "a positive int", num_resamples)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise invalid("seed", owner, "an int", seed, InvalidTypeError)
+    if seed < 0:
+        raise invalid("seed", owner, "a non-negative int (NumPy's generators take no other)", seed)

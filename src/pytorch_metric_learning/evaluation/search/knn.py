@@ -19,7 +19,8 @@ from ...distances.lp_distance import power_of_squared as _power_of_squared
 from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
 from ._compiled_search import sample_first, search_compiled
-from ._rescale import rescale
+from ._rescale import Rescaled, rescale
+from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._tiled_search import (
     NegatedInnerProduct,
     Scorer,
@@ -136,13 +137,45 @@ class CustomKNN:
         out_dtype = self.distance.output_dtype(torch.promote_types(query.dtype, reference.dtype))
         scaled = rescale(self.distance, query, query if same else reference)
         drop_self = ref_includes_query and same
+        # one neighbour more shows the rows with a tie across the k-th place (see _ties)
+        extra = int(search_k < len(reference))
         distances, indices, dropped = self._search(
-            scaled.query, scaled.reference, search_k, same, drop_self
+            scaled.query, scaled.reference, search_k + extra, same, drop_self
         )
-        distances = scaled.restore(distances, out_dtype)
         if ref_includes_query and not dropped:
-            return remove_self_matches(distances, indices)
-        return distances, indices
+            distances, indices = remove_self_matches(distances, indices)
+        # ties are of the distances as computed, before they are scaled back (which can
+        # round distinct ones to one float32, or to 0 or inf)
+        distances, indices = order_ties(distances, indices, self.distance.is_inverted)
+        tied = tied_at_boundary(distances, k)
+        if len(tied):
+            exact = self._exact_rows(scaled, tied, k, same, ref_includes_query)
+            distances, indices = distances.clone(), indices.clone()
+            distances[tied, :k], indices[tied, :k] = exact
+        return scaled.restore(distances[:, :k], out_dtype), indices[:, :k]
+
+    def _exact_rows(
+        self,
+        scaled: Rescaled,
+        rows: torch.Tensor,
+        k: int,
+        same: bool,
+        skip_self: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first k neighbours of the query ``rows`` by (distance, index), from whole rows
+        of distances computed again (in blocks of about ``TILE_BYTES``)."""
+        reference = scaled.query if same else scaled.reference
+        found = []
+        step = self._rows(len(reference), reference.element_size())
+        for start in range(0, len(rows), step):
+            block = rows[start : start + step]
+            query, ref, _ = self.distance.prepare(scaled.query[block], reference)
+            values = self.distance.powered_mat(query, ref)
+            if skip_self:  # a query is never its own neighbour
+                worst = -torch.inf if self.distance.is_inverted else torch.inf
+                values[torch.arange(len(block), device=values.device), block] = worst
+            found.append(first_k_of_rows(values, k, self.distance.is_inverted))
+        return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found])
 
     def _search(
         self, query: torch.Tensor, reference: torch.Tensor, k: int, same: bool, drop_self: bool

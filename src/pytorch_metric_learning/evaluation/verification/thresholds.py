@@ -14,7 +14,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import torch
 
-from ..._validation import invalid
+from ..._validation import check_plain_tensor, invalid
 from ...errors import InvalidArgumentError
 
 __all__ = [
@@ -184,6 +184,8 @@ def check_pairs(scores: Any, labels: Any, owner: str) -> tuple[torch.Tensor, tor
 def _as_cpu_tensor(value: Any, param: str, owner: str, kind: str) -> torch.Tensor:
     """``value`` as a detached CPU tensor; NumPy arrays must have the dtype ``kind``."""
     if isinstance(value, torch.Tensor):
+        if not value.is_complex():  # complex scores: a ValueError from the dtype check
+            check_plain_tensor(value, param, owner)  # meta and sparse: before .cpu()
         return value.detach().cpu()
     expected = "a floating-point" if kind == "f" else "a boolean"
     if not isinstance(value, np.ndarray):

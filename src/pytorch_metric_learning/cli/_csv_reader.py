@@ -1,0 +1,133 @@
+"""Read a CSV file of numbers or names into an array, every value exactly.
+
+Integer cells are parsed as Python integers (never through ``float``), so labels above
+2^53 stay distinct; they become int64, or uint64 when they all fit it but not int64, and
+a cell outside both is refused. Any other number cell makes the whole file float64
+(``inf`` and ``nan`` included, which the loaders then refuse as they refuse them in
+``.npy``). A first line of names over lines of numbers, or a first line whose one cell is
+a usual column name (``label``, ``class``, ...), is a header; ``FILE.csv:COLUMN`` picks a
+column by its header name.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+__all__ = ["CsvError", "parse_csv"]
+
+# A one-column file of names whose first line is one of these is read as having a header.
+HEADER_NAMES = frozenset(
+    {"label", "labels", "class", "classes", "target", "targets", "y", "name", "names"}
+    | {"category", "id", "ids", "embeddings", "scores", "score", "pair", "pairs"}
+)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_INT64 = np.iinfo(np.int64)
+_UINT64 = np.iinfo(np.uint64)
+
+
+class CsvError(InvalidArgumentError):
+    """A CSV file that does not hold a table of values the loaders can use."""
+
+
+def parse_csv(data: bytes, name: str, role: str, column: str | None = None) -> np.ndarray:
+    """The values of a CSV file's bytes as a ``(rows, columns)`` array.
+
+    Args:
+        data: The file's bytes (UTF-8, with or without a byte order mark).
+        name: The file, for messages.
+        role: What the values are for (``embeddings``, ``labels``, ``scores``).
+        column: A header name: only that column is read, and the file needs a header.
+
+    Raises:
+        CsvError: no rows, a header line and no rows, ragged rows, an unknown column, or
+            an integer outside uint64 and int64.
+
+    Example:
+        >>> parse_csv(b"label\\n9007199254740993\\n9007199254740992\\n", "l.csv", "labels")
+        array([[9007199254740993],
+               [9007199254740992]])
+    """
+    rows = _rows(data.decode("utf-8-sig"))
+    if not rows:
+        raise CsvError(f"The {role} file '{name}' is empty: it has no rows of values.")
+    header = _header(rows, column is not None, role)
+    body = rows[1:] if header is not None else rows
+    if not body:
+        raise CsvError(
+            f"The {role} file '{name}' has a header line ({', '.join(rows[0])}) but no rows."
+        )
+    widths = sorted({len(row) for row in body} | ({len(header)} if header else set()))
+    if len(widths) > 1:
+        raise CsvError(f"The rows of '{name}' have different numbers of columns: {widths}.")
+    if column is not None:
+        body = [[row[_column_index(header, column, name)]] for row in body]
+    return _values(body, name, role)
+
+
+def _rows(text: str) -> list[list[str]]:
+    lines = [line for line in io.StringIO(text, newline="") if not line.lstrip().startswith("#")]
+    rows = [row for row in csv.reader(lines) if row and any(cell.strip() for cell in row)]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
+def _header(rows: list[list[str]], required: bool, role: str) -> list[str] | None:
+    """The first row, if it is a header line; with ``required``, the first row always.
+
+    Names can be labels, so a line of names is a header over lines of numbers, or when it
+    is one usual column name; for numbers only (embeddings, scores) it always is.
+    """
+    first = rows[0]
+    if required:
+        return first
+    if any(_number(cell) for cell in first):
+        return None
+    if role != "labels":
+        return first
+    if len(rows) == 1:  # one line of names alone: a header over no rows, or one name
+        return first if len(first) > 1 or first[0].lower() in HEADER_NAMES else None
+    if all(_number(cell) for cell in rows[1]):
+        return first
+    return first if len(first) == 1 and first[0].lower() in HEADER_NAMES else None
+
+
+def _column_index(header: list[str] | None, column: str, name: str) -> int:
+    if header is None or column not in header:
+        raise CsvError(f"'{name}' has no column '{column}'. Its header line names: {header or []}.")
+    return header.index(column)
+
+
+def _values(rows: list[list[str]], name: str, role: str) -> np.ndarray:
+    cells = [cell for row in rows for cell in row]
+    shape = (len(rows), len(rows[0]))
+    if not all(_number(cell) for cell in cells):
+        return np.array(cells, dtype=str).reshape(shape)
+    if all(_INTEGER.fullmatch(cell) for cell in cells):
+        return _integers([int(cell) for cell in cells], name, role).reshape(shape)
+    return np.array([float(cell) for cell in cells], dtype=np.float64).reshape(shape)
+
+
+def _integers(values: list[int], name: str, role: str) -> np.ndarray:
+    low, high = min(values), max(values)
+    if _INT64.min <= low and high <= _INT64.max:
+        return np.array(values, dtype=np.int64)
+    if low >= 0 and high <= _UINT64.max:
+        return np.array(values, dtype=np.uint64)
+    bad = low if low < _INT64.min else high
+    raise CsvError(
+        f"The {role} in '{name}' must be integers between {_INT64.min} and {_UINT64.max}. "
+        f"Got {bad} instead."
+    )
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return bool(cell)

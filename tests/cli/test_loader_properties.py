@@ -1,0 +1,225 @@
+"""Every format reads any integer or float array exactly, or refuses it with one message."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from pytorch_metric_learning.cli.app import EXIT_INPUT, EXIT_USAGE, main
+from pytorch_metric_learning.cli.loaders import (
+    InputFileError,
+    load_array,
+    load_embeddings,
+    load_labels,
+    load_scores,
+    read_labels,
+)
+
+FORMATS = ["npy", "npz", "pt", "csv", "csv-header", "csv-quoted", "csv-bom"]
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _csv_cell(value: object, quoted: bool) -> str:
+    text = repr(float(value)) if isinstance(value, float) else str(int(value))  # type: ignore[call-overload]
+    return f'"{text}"' if quoted else text
+
+
+def write_any(folder: Path, array: np.ndarray, form: str) -> Path:
+    """Write ``array`` (2-D) the way a user would in ``form``, independently of the loader."""
+    if form == "npy":
+        path = folder / "a.npy"
+        np.save(path, array)
+    elif form == "npz":
+        path = folder / "a.npz"
+        np.savez(path, array)
+    elif form == "pt":
+        path = folder / "a.pt"
+        torch.save(torch.from_numpy(array.copy()), path)
+    else:
+        path = folder / "a.csv"
+        lines = [",".join(f"c{i}" for i in range(array.shape[1]))] if form != "csv" else []
+        for row in array.tolist():
+            lines.append(",".join(_csv_cell(value, form == "csv-quoted") for value in row))
+        text = "\n".join(lines) + "\n"
+        path.write_bytes(("\ufeff" if form == "csv-bom" else "").encode() + text.encode())
+    return path
+
+
+INTEGERS = hnp.arrays(
+    np.int64,
+    hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=4),
+    elements=st.integers(-(2**63), 2**63 - 1) | st.integers(-(2**54), 2**54),
+)
+FLOATS = hnp.arrays(
+    np.float64,
+    hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=4),
+    elements=st.floats(allow_nan=False, allow_infinity=False, width=64),
+)
+
+
+@SETTINGS
+@given(array=INTEGERS, form=st.sampled_from(FORMATS))
+def test_integers_are_read_exactly(tmp_path: Path, array: np.ndarray, form: str) -> None:
+    loaded = load_array(write_any(tmp_path, array, form))
+    assert loaded.dtype.kind == "i"
+    assert loaded.tolist() == array.tolist()  # Python ints: no rounding hides a difference
+
+
+@SETTINGS
+@given(array=FLOATS, form=st.sampled_from(FORMATS))
+def test_floats_are_read_exactly(tmp_path: Path, array: np.ndarray, form: str) -> None:
+    loaded = load_array(write_any(tmp_path, array, form))
+    assert loaded.dtype.kind == "f"
+    # a float array whose values all look whole still reads as floats in every format
+    assert loaded.astype(np.float64).tolist() == array.tolist()
+
+
+@SETTINGS
+@given(
+    array=FLOATS,
+    bad=st.sampled_from([np.inf, -np.inf, np.nan]),
+    form=st.sampled_from(FORMATS),
+)
+def test_non_finite_is_refused_the_same_way(
+    tmp_path: Path, array: np.ndarray, bad: float, form: str
+) -> None:
+    array = array.copy()
+    array.flat[0] = bad
+    path = write_any(tmp_path, array, form)
+    with pytest.raises(InputFileError, match=re.escape(f"'{path}' contain NaN or infinite")):
+        load_embeddings(path)
+
+
+@pytest.mark.parametrize("cell", ["inf", "-inf", "nan", "Infinity"])
+def test_csv_non_finite_without_a_dot(tmp_path: Path, cell: str) -> None:
+    path = tmp_path / "e.csv"
+    path.write_text(f"1,2\n3,{cell}\n")
+    with pytest.raises(InputFileError, match="NaN or infinite"):
+        load_embeddings(path)
+
+
+def test_big_integer_labels_stay_distinct(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    path.write_text("9007199254740992\n9007199254740993\n")
+    assert read_labels(path).tolist() == [9007199254740992, 9007199254740993]
+
+
+@pytest.mark.parametrize("cell", ["7e20", "-7e20"])
+def test_float_labels_out_of_range_are_refused(tmp_path: Path, cell: str) -> None:
+    path = tmp_path / "l.csv"
+    path.write_text(f"1\n{cell}\n")
+    with pytest.raises(InputFileError, match=re.escape(f"'{path}'") + ".*2\\^53"):
+        read_labels(path)
+
+
+def test_integers_beyond_uint64_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    path.write_text(f"1\n{2**64}\n")
+    with pytest.raises(InputFileError, match=re.escape(f"'{path}'") + ".*Got 18446744073709551616"):
+        read_labels(path)
+
+
+def test_uint64_labels_keep_their_values(tmp_path: Path) -> None:
+    path = tmp_path / "l.npy"
+    np.save(path, np.array([2**63, 2**63 + 1, 2**63], dtype=np.uint64))
+    assert read_labels(path).tolist() == [2**63, 2**63 + 1, 2**63]
+    assert load_labels(path).tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize("role", ["embeddings", "labels", "scores"])
+def test_header_only_csv(tmp_path: Path, role: str) -> None:
+    path = tmp_path / "h.csv"
+    path.write_text("label\n" if role == "labels" else "x,y\n")
+    load = {"embeddings": load_embeddings, "labels": load_labels, "scores": load_scores}[role]
+    with pytest.raises(
+        InputFileError, match=re.escape(f"'{path}' has a header line") + ".*no rows"
+    ):
+        load(path)
+
+
+def test_csv_column_by_header_name(tmp_path: Path) -> None:
+    path = tmp_path / "e.csv"
+    path.write_text("x,y,label\n0.5,1,cat\n2,3,dog\n")
+    assert read_labels(f"{path}:label").tolist() == ["cat", "dog"]
+    assert load_array(f"{path}:x").tolist() == [[0.5], [2.0]]
+    with pytest.raises(InputFileError, match=re.escape("has no column 'z'") + ".*'label'"):
+        read_labels(f"{path}:z")
+
+
+def test_text_labels_with_a_header_line(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    path.write_text("label\ncat\ndog\ncat\n")
+    assert read_labels(path).tolist() == ["cat", "dog", "cat"]
+
+
+def test_a_fifo_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", f"open({str(fifo)!r}, 'w').write('1,2\\n3,4\\n')"]
+    )
+    try:
+        assert load_embeddings(fifo).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    finally:
+        writer.wait()
+
+
+def test_a_npy_fifo_is_read(tmp_path: Path) -> None:
+    source = tmp_path / "a.npy"
+    np.save(source, np.array([[1.5, 2.0]]))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code = f"open({str(fifo)!r}, 'wb').write(open({str(source)!r}, 'rb').read())"
+    writer = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        assert load_embeddings(fifo).tolist() == [[1.5, 2.0]]
+    finally:
+        writer.wait()
+
+
+def test_a_device_is_not_a_regular_file() -> None:
+    with pytest.raises(InputFileError, match="'/dev/null' is not a regular file"):
+        load_embeddings("/dev/null")
+
+
+def test_stdin_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from pytorch_metric_learning.cli import loaders
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"0\n1\n0\n")))
+    loaders._stdin_bytes.cache_clear()  # standard input is read once per process
+    try:
+        assert read_labels("-").tolist() == [0, 1, 0]
+        assert read_labels("-").tolist() == [0, 1, 0]  # a second reader gets the same bytes
+    finally:
+        loaders._stdin_bytes.cache_clear()
+
+
+def test_cli_names_the_file_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    query = tmp_path / "q.csv"
+    query.write_text("x,y\n")
+    assert main(["evaluate", str(query), "--labels", str(query)]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert f"'{query}' has a header line" in err and "Traceback" not in err
+
+
+def test_cli_deep_knn_nesting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["evaluate", "q.npy", "--labels", "l.npy", "--knn", "[" * 100_000])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert "--knn" in err and "nested too deeply" in err and "Traceback" not in err
