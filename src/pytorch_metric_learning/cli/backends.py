@@ -1,28 +1,41 @@
 """``pml-eval backends``: every installed k-NN and k-means backend, and whether it works.
 
 Each backend is built with its defaults (which imports it and checks it against its
-Protocol) and, unless ``--no-check``, run once on tiny data through the contract checks.
+Protocol) and, unless ``--no-check``, run through the contract's form and content checks
+(:func:`~pytorch_metric_learning.evaluation.check_knn_backend`, ``--size`` rows).
+
+A plugin cannot take the listing down: an exception, ``SystemExit`` or
+``KeyboardInterrupt`` at import makes its row ``not ok``; an import still running after
+``--import-timeout`` seconds (default :data:`IMPORT_TIME_LIMIT`) is given up on (``not ok:
+import took longer than N s``). Python cannot stop a thread, so that import stays blocked
+in a daemon thread until the command exits (it does not wait for it). Each name is
+printed to stderr as it is loaded, and what plugins print goes to stderr while
+``--output -`` writes the JSON to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from ..errors import PMLError
+from ..evaluation.search.knn_output import CHECK_SIZE
 from ..evaluation.search.registry import BackendInfo, backend_info, load_kmeans_func, load_knn_func
-from ._backend_check import kmeans_problem, knn_problem
+from ._backend_check import kmeans_problem, knn_trial
 from ._commands import COMMANDS
 from ._output import format_table, write_results
 from ._paths import check_outputs
 from ._versions import distribution_version
 
-__all__ = ["BackendStatus", "backend_statuses", "add_parser", "run"]
+__all__ = ["BackendStatus", "IMPORT_TIME_LIMIT", "backend_statuses", "add_parser", "run"]
+
+IMPORT_TIME_LIMIT = 30.0  # seconds a backend may take to import and build
 
 _LOADERS: dict[str, Callable[[str], Any]] = {"knn": load_knn_func, "kmeans": load_kmeans_func}
-_CHECKS: dict[str, Callable[[Any], str]] = {"knn": knn_problem, "kmeans": kmeans_problem}
 _TITLES = {"knn": "k-NN backends", "kmeans": "k-means backends"}
 
 
@@ -41,6 +54,8 @@ class BackendStatus:
         error: Why it is not ok (``""`` when it is).
         advice: The library's whole message when it diagnosed the failure (a misspelled
             entry point, a factory of the wrong shape, ...), else ``""``.
+        note: For an approximate backend (``is_exact = False``): the recall its check
+            measured; else ``""`` (and left out of the JSON).
     """
 
     kind: str
@@ -50,28 +65,88 @@ class BackendStatus:
     status: str
     error: str
     advice: str = ""
+    note: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        """The row for JSON: every field, ``note`` only when there is one."""
+        row = asdict(self)
+        if not self.note:
+            del row["note"]
+        return row
 
 
-def backend_statuses(kind: str, check: bool = True) -> list[BackendStatus]:
+def backend_statuses(
+    kind: str,
+    check: bool = True,
+    *,
+    size: int = CHECK_SIZE,
+    import_timeout: float = IMPORT_TIME_LIMIT,
+    progress: Callable[[str], None] | None = None,
+) -> list[BackendStatus]:
     """Build (and, if ``check``, try) each ``kind`` backend and report it, without raising.
 
+    Args:
+        kind: ``"knn"`` or ``"kmeans"``.
+        check: Run each backend through the contract checks.
+        size: Reference rows of the k-NN check.
+        import_timeout: Seconds after which a backend still importing is given up on.
+        progress: Called with each backend's name before it is loaded.
+
     Example:
-        >>> [row.status for row in backend_statuses("knn") if row.name == "custom"]
+        >>> [row.status for row in backend_statuses("knn", size=200) if row.name == "custom"]
         ['ok']
     """
-    return [_status(kind, info, check) for info in backend_info(kind)]
+    rows = []
+    for info in backend_info(kind):
+        if progress is not None:
+            progress(f"{_TITLES[kind]}: loading {info.name!r}")
+        rows.append(_status(kind, info, check, size, import_timeout))
+    return rows
 
 
-def _status(kind: str, info: BackendInfo, check: bool) -> BackendStatus:
+def _load_in_time(kind: str, name: str, limit: float) -> Any:
+    """Load a backend in a daemon thread; raise ``TimeoutError`` when it takes over ``limit`` s.
+
+    A stuck import cannot be stopped: its thread stays blocked (a daemon, so the
+    process still exits) and the listing goes on.
+    """
+    outcome: dict[str, Any] = {}
+
+    def load() -> None:
+        try:
+            outcome["backend"] = _LOADERS[kind](name)
+        except BaseException as error:  # handed to the caller's thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=load, name=f"pml-load-{kind}-{name}", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise TimeoutError(f"import took longer than {limit:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["backend"]
+
+
+def _status(
+    kind: str, info: BackendInfo, check: bool, size: int, import_timeout: float
+) -> BackendStatus:
     versions = [distribution_version(name) for name in info.distributions]
-    advice = ""
+    advice = note = ""
     try:
-        backend = _LOADERS[kind](info.name)
+        backend = _load_in_time(kind, info.name, import_timeout)
+    except TimeoutError as error:
+        reason = str(error)
     except Exception as error:  # a broken plugin must not break the listing
         reason = _reason(error)
         advice = " ".join(str(error).split()) if isinstance(error, PMLError) else ""
     else:
-        reason = _CHECKS[kind](backend) if check else ""
+        if not check:
+            reason = ""
+        elif kind == "knn":
+            reason, note = knn_trial(backend, size, info.name)
+        else:
+            reason = kmeans_problem(backend)
     return BackendStatus(
         kind=kind,
         name=info.name,
@@ -80,12 +155,16 @@ def _status(kind: str, info: BackendInfo, check: bool) -> BackendStatus:
         status="not ok" if reason else "ok",
         error=reason,
         advice=advice if advice != reason else "",
+        note=note,
     )
 
 
 def _reason(error: BaseException) -> str:
-    """The original cause when the registry wrapped it (the plugin's own error)."""
+    """The original cause when the registry wrapped it (the plugin's own error); the
+    library's own message when the cause ended the program (``SystemExit``)."""
     cause = error.__cause__ or error
+    if not isinstance(cause, Exception):
+        cause = error
     text = " ".join(str(cause).split())
     return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
 
@@ -103,8 +182,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--check",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="run each backend once on tiny data and check its output (default: on; "
-        "--no-check only imports and builds them)",
+        help="run each backend through realistic searches and check its output's form and "
+        "content (default: on; --no-check only imports and builds them)",
+    )
+    parser.add_argument(
+        "--size",
+        type=_size,
+        default=CHECK_SIZE,
+        metavar="N",
+        help=f"reference rows of each k-NN check search (default: {CHECK_SIZE}; at least 64)",
+    )
+    parser.add_argument(
+        "--import-timeout",
+        type=float,
+        default=IMPORT_TIME_LIMIT,
+        metavar="SECONDS",
+        help="give up on a backend whose import and build take longer than this "
+        f"(default: {IMPORT_TIME_LIMIT:g})",
     )
     parser.add_argument(
         "--output", metavar="FILE.json", help="also write the listing as JSON ('-' for stdout)"
@@ -115,12 +209,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """List the backends; exit code 0 even when some are not ok (the listing says which)."""
     check_outputs({"--output": args.output}, {})
-    rows = {kind: backend_statuses(kind, args.check) for kind in _LOADERS}
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.output == "-" else _nothing()
+    with quiet:  # what plugins print must not corrupt the JSON on stdout
+        rows = {
+            kind: backend_statuses(
+                kind,
+                args.check,
+                size=args.size,
+                import_timeout=args.import_timeout,
+                progress=_progress,
+            )
+            for kind in _LOADERS
+        }
     if args.output != "-":
         print(_render(rows))
     if args.output:
         write_results(
-            args.output, {kind: [asdict(row) for row in found] for kind, found in rows.items()}
+            args.output, {kind: [row.as_dict() for row in found] for kind, found in rows.items()}
         )
     failing = sum(row.status != "ok" for found in rows.values() for row in found)
     for row in (row for found in rows.values() for row in found if row.advice):
@@ -128,6 +233,25 @@ def run(args: argparse.Namespace) -> int:
     if failing:
         print(f"{failing} backend(s) not ok; the status column says why.", file=sys.stderr)
     return 0
+
+
+def _progress(line: str) -> None:
+    print(f"pml-eval: {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _nothing() -> Any:
+    yield
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 64:
+        raise argparse.ArgumentTypeError(f"must be an int of at least 64. Got {text!r} instead")
+    return value
 
 
 def _render(rows: dict[str, list[BackendStatus]]) -> str:
@@ -145,4 +269,6 @@ def _render(rows: dict[str, list[BackendStatus]]) -> str:
 
 
 def _status_cell(row: BackendStatus) -> str:
-    return row.status if not row.error else f"{row.status} ({row.error})"
+    if row.error:
+        return f"{row.status} ({row.error})"
+    return row.status if not row.note else f"{row.status} ({row.note})"

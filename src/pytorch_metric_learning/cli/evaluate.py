@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -229,25 +231,34 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"--output": args.output}, _input_files(args))
     check_ci_options(args)
     inputs = load_inputs(args)
-    calculator = build_calculator(args)
-    _log_setup(inputs, calculator)
-    started = time.perf_counter()
-    metrics = calculator.get_accuracy(
-        inputs.query,
-        inputs.query_labels,
-        inputs.reference,
-        inputs.reference_labels,
-        ref_includes_query=args.ref_includes_query,
-        return_per_query=args.ci is not None,
-    )
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.output == "-" else contextlib.nullcontext()
+    with quiet:  # what plugins print must not corrupt the JSON on stdout
+        calculator = build_calculator(args)
+        _log_setup(inputs, calculator)
+        started = time.perf_counter()
+        metrics = calculator.get_accuracy(
+            inputs.query,
+            inputs.query_labels,
+            inputs.reference,
+            inputs.reference_labels,
+            ref_includes_query=args.ref_includes_query,
+            return_per_query=args.ci is not None,
+        )
     logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
     intervals = pop_intervals(metrics, args)
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci))
+        if _approximate(calculator):
+            print(f"\nNote: these figures come from an {calculator.last_knn_check.describe()}.")
     if args.output:
         write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
     return 0
+
+
+def _approximate(calculator: AccuracyCalculator) -> bool:
+    check = getattr(calculator, "last_knn_check", None)
+    return check is not None and not check.exact
 
 
 def _log_setup(inputs: EvaluationInputs, calculator: AccuracyCalculator) -> None:
@@ -330,6 +341,17 @@ def _scored_classes(inputs: EvaluationInputs, ref_includes_query: bool) -> list[
     return [names[n] if names else int(n) for n in numbers.tolist()]
 
 
+def _search_check(calculator: AccuracyCalculator) -> dict[str, Any]:
+    """``exact`` and, for an approximate backend, the recall its spot-check measured."""
+    check = getattr(calculator, "last_knn_check", None)
+    if check is None:
+        return {}
+    found: dict[str, Any] = {"exact": check.exact}
+    if not check.exact:
+        found["approximate"] = {**check.as_dict(), "note": check.describe()}
+    return found
+
+
 def _record(
     metrics: dict[str, Any],
     inputs: EvaluationInputs,
@@ -360,6 +382,7 @@ def _record(
         "knn": {
             **describe_spec(args.knn, "knn", "custom"),
             "repr": repr(calculator.knn_func),
+            **_search_check(calculator),
         },
         "kmeans": {
             **describe_spec(args.kmeans, "kmeans", "torch"),

@@ -115,7 +115,14 @@ def search_knn(
             f"{_provenance(backend)}"
         )
     distances, indices = check_knn_output(
-        output, query, k, reference, ref_includes_query, backend=backend, caller=caller
+        output,
+        query,
+        k,
+        reference,
+        ref_includes_query,
+        backend=backend,
+        caller=caller,
+        knn_func=knn_func,
     )
     if type(knn_func) is CustomKNN:
         return (distances, indices), None
@@ -157,7 +164,7 @@ def _call(
         return knn_func(query, k, reference, ref_includes_query)
     except PMLError:  # the library's own diagnosis (bad input, a backend error already named)
         raise
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a backend must not end the program either
         raise BackendRuntimeError(
             f"The {name} failed during a search ({type(error).__name__}: "
             f"{' '.join(str(error).split())}). This is a failure of the backend, not of "

@@ -73,6 +73,7 @@ def check_knn_output(
     *,
     backend: Any = None,
     caller: str | None = None,
+    knn_func: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return a k-NN backend's ``(distances, indices)`` if they follow the contract.
 
@@ -91,6 +92,8 @@ def check_knn_output(
         backend: The backend object (its ``is_inverted`` decides the order, and error
             messages name it) or a name for messages.
         caller: Who called the backend, for messages (``"AccuracyCalculator"``).
+        knn_func: The backend object whose ``is_inverted`` decides the order, when
+            ``backend`` only names it (default: ``backend``).
 
     Returns:
         ``(distances, indices)``, unchanged.
@@ -119,7 +122,8 @@ def check_knn_output(
     if caller:
         name = f"knn_func of {caller} ({name})"
     try:
-        return _check_all(output, query, k, reference, ref_includes_query, backend, name)
+        order_of = backend if knn_func is None else knn_func
+        return _check_all(output, query, k, reference, ref_includes_query, order_of, name)
     except BackendOutputError as error:
         where = _provenance(backend)
         if not where:
@@ -198,8 +202,9 @@ def check_knn_backend(knn_func: Any, *, backend: Any = None, size: int = CHECK_S
             f"Got {size!r} instead."
         )
     checks: list[Any] = []
+    spec = isinstance(knn_func, (str, Mapping))
     for built in _built_variants(knn_func):
-        checks += _check_one(built, knn_func if backend is None else backend, size)
+        checks += _check_one(built, backend if backend is not None else built if spec else knn_func, size)
     return checks
 
 
