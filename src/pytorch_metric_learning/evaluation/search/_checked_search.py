@@ -22,7 +22,7 @@ import torch
 
 from ..._warnings import warn_external
 from ...errors import BackendOutputError, BackendRuntimeError, PMLError
-from ._spot_check import QUERY_SAMPLE, SpotCheck, spot_check_knn
+from ._spot_check import QUERY_SAMPLE, SpotCheck, diagnose_output, spot_check_knn
 from .knn import CustomKNN
 from .knn_output import _describe_backend, _provenance, check_knn_output
 from .registry import configured_distance
@@ -92,9 +92,11 @@ def search_knn(
             backend modified its inputs.
 
     Example:
+        >>> from pytorch_metric_learning.distances import LpDistance
         >>> from pytorch_metric_learning.evaluation import CustomKNN
+        >>> exact = CustomKNN(LpDistance(normalize_embeddings=False))
         >>> def knn(query, k, reference=None, ref_includes_query=False):
-        ...     return CustomKNN()(query, k, reference, ref_includes_query)
+        ...     return exact(query, k, reference, ref_includes_query)
         >>> x = torch.tensor([[0.0], [1.0], [3.0]])
         >>> (distances, indices), check = search_knn(knn, x, 1, x, True)
         >>> indices.tolist(), check.exact, check.recall
@@ -114,16 +116,22 @@ def search_knn(
             "changes; the caller's embeddings are now altered."
             f"{_provenance(backend)}"
         )
-    distances, indices = check_knn_output(
-        output,
-        query,
-        k,
-        reference,
-        ref_includes_query,
-        backend=backend,
-        caller=caller,
-        knn_func=knn_func,
-    )
+    try:
+        distances, indices = check_knn_output(
+            output,
+            query,
+            k,
+            reference,
+            ref_includes_query,
+            backend=backend,
+            caller=caller,
+            knn_func=knn_func,
+        )
+    except BackendOutputError as error:
+        hint = diagnose_output(output, query, reference, configured_distance(knn_func))
+        if not hint:
+            raise
+        raise type(error)(f"{error} {hint}") from None
     if type(knn_func) is CustomKNN:
         return (distances, indices), None
     try:

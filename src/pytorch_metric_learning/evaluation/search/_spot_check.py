@@ -33,7 +33,14 @@ from ...distances import (
 )
 from ...errors import BackendOutputError
 
-__all__ = ["PAIR_SAMPLE", "QUERY_SAMPLE", "SpotCheck", "knn_is_exact", "spot_check_knn"]
+__all__ = [
+    "PAIR_SAMPLE",
+    "QUERY_SAMPLE",
+    "SpotCheck",
+    "diagnose_output",
+    "knn_is_exact",
+    "spot_check_knn",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +176,44 @@ def spot_check_knn(
     if not exact:
         logger.info("%s: %s", name, check.describe())
     return check
+
+
+def diagnose_output(
+    output: Any,
+    query: torch.Tensor,
+    reference: torch.Tensor | None,
+    distance: BaseDistance | None,
+) -> str:
+    """For an answer that failed a form check: which content mistake it looks like, or ``""``.
+
+    A self-search whose indices address a sorted copy of the reference lists a query's
+    own row by accident: the form check sees that, this names the cause.
+    """
+    reference = query if reference is None else reference
+    try:
+        distances, indices = output
+        usable = (
+            distance is not None
+            and indices.dtype == torch.long
+            and distances.is_floating_point()
+            and indices.shape == distances.shape
+            and indices.ndim == 2
+            and indices.numel() > 0
+            and int(indices.min()) >= 0
+            and int(indices.max()) < len(reference)
+            and not bool(distances.isnan().any())
+        )
+    except Exception:  # not even two tensors: the form check's message says it all
+        return ""
+    if not usable or distance is None:
+        return ""
+    rows, columns = _sample_pairs(indices)
+    found = indices[rows, columns]
+    returned = distances[rows, columns].double()
+    truth = _pair_values(distance, query, reference, rows, found)
+    if _close(truth, returned, query, reference, rows, found, distance):
+        return ""
+    return _diagnose_values(distances, indices, query, reference, distance, rows, returned)
 
 
 def _spread(count: int, total: int, device: torch.device) -> torch.Tensor:
