@@ -33,7 +33,7 @@ MISTAKES = {
     "m_in_place": ("ModifiesInputs", "modified its inputs"),
     "m_raises": ("RaisesInSearch", "HNSW graph corrupted"),
     "m_usearch": ("UsearchPadding", "usearch-style padding"),
-    "m_pynndescent": ("PynndescentPadding", "pynndescent-style padding"),
+    "m_pynndescent": ("PynndescentPadding", "pynndescent-style"),
 }
 
 
@@ -61,8 +61,6 @@ def test_every_mistake_is_not_ok_with_its_name(cli, fake_plugins: Path) -> None:
         assert rows[name]["status"] == "not ok", name
         assert said in rows[name]["error"], (name, rows[name]["error"])
     assert rows["custom"]["status"] == "ok" and rows["torch_distributed"]["status"] == "ok"
-    for name in ["custom", *MISTAKES]:  # each name is announced as it is loaded
-        assert f"loading {name!r}" in result.err
 
 
 @pytest.mark.parametrize("name", ["m_ascending", "m_sorted_copy", "m_raises"])
@@ -142,14 +140,15 @@ def test_an_import_that_never_ends_is_given_up_after_the_limit(
         {"fake_pml_stuck": source},
     )
     try:
-        result = cli("backends", "--no-check", "--import-timeout", "0.5", "--output", "-")
+        result = cli("backends", "--no-check", "--import-timeout", "1.5", "--output", "-")
     finally:
         release.touch()  # let the abandoned import finish
         for thread in threading.enumerate():
             if thread.name.startswith("pml-load-knn-fake_pml_stuck"):
                 thread.join()
     row = _rows(result)["fake_pml_stuck"]
-    assert row["status"] == "not ok" and row["error"] == "import took longer than 0.5 s"
+    assert row["status"] == "not ok" and row["error"] == "import took longer than 1.5 s"
+    assert "loading 'fake_pml_stuck'" in result.err  # named while it stalled
     assert _rows(result)["custom"]["status"] == "ok"
 
 
@@ -161,7 +160,7 @@ def test_an_approximate_faiss_index_is_reported_with_its_recall(cli, tmp_path: P
     labels = generator.integers(0, 10, 600)
     np.save(tmp_path / "x.npy", (centers[labels] + generator.normal(size=(600, 8))).astype("f4"))
     np.save(tmp_path / "y.npy", labels)
-    spec = json.dumps({"name": "faiss", "index": "HNSW32"})
+    spec = json.dumps({"name": "faiss", "index": "HNSW32", "efSearch": 256})
     files = (tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--knn", spec)
     table = cli("evaluate", *files)
     assert table.code == 0 and "figures come from an approximate k-NN index" in table.out

@@ -8,8 +8,9 @@ A plugin cannot take the listing down: an exception, ``SystemExit`` or
 ``KeyboardInterrupt`` at import makes its row ``not ok``; an import still running after
 ``--import-timeout`` seconds (default :data:`IMPORT_TIME_LIMIT`) is given up on (``not ok:
 import took longer than N s``). Python cannot stop a thread, so that import stays blocked
-in a daemon thread until the command exits (it does not wait for it). Each name is
-printed to stderr as it is loaded, and what plugins print goes to stderr while
+in a daemon thread until the command exits (it does not wait for it). On a terminal each
+name is printed to stderr as it is loaded; elsewhere (a log, a pipe) only the names of
+backends still loading after :data:`SLOW_LOAD` s. What plugins print goes to stderr while
 ``--output -`` writes the JSON to stdout.
 """
 
@@ -34,6 +35,7 @@ from ._versions import distribution_version
 __all__ = ["BackendStatus", "IMPORT_TIME_LIMIT", "backend_statuses", "add_parser", "run"]
 
 IMPORT_TIME_LIMIT = 30.0  # seconds a backend may take to import and build
+SLOW_LOAD = 1.0  # seconds after which a loading backend is named on stderr (off a terminal)
 
 _LOADERS: dict[str, Callable[[str], Any]] = {"knn": load_knn_func, "kmeans": load_kmeans_func}
 _TITLES = {"knn": "k-NN backends", "kmeans": "k-means backends"}
@@ -78,7 +80,6 @@ class BackendStatus:
 def backend_statuses(
     kind: str,
     check: bool = True,
-    *,
     size: int = CHECK_SIZE,
     import_timeout: float = IMPORT_TIME_LIMIT,
     progress: Callable[[str], None] | None = None,
@@ -90,7 +91,8 @@ def backend_statuses(
         check: Run each backend through the contract checks.
         size: Reference rows of the k-NN check.
         import_timeout: Seconds after which a backend still importing is given up on.
-        progress: Called with each backend's name before it is loaded.
+        progress: Told each backend's name as it is loaded (on a terminal), else the
+            names of those still loading after ``SLOW_LOAD`` seconds.
 
     Example:
         >>> [row.status for row in backend_statuses("knn", size=200) if row.name == "custom"]
@@ -98,17 +100,19 @@ def backend_statuses(
     """
     rows = []
     for info in backend_info(kind):
-        if progress is not None:
-            progress(f"{_TITLES[kind]}: loading {info.name!r}")
-        rows.append(_status(kind, info, check, size, import_timeout))
+        rows.append(_status(kind, info, check, size, import_timeout, progress))
     return rows
 
 
-def _load_in_time(kind: str, name: str, limit: float) -> Any:
+def _load_in_time(
+    kind: str, name: str, limit: float, progress: Callable[[str], None] | None = None
+) -> Any:
     """Load a backend in a daemon thread; raise ``TimeoutError`` when it takes over ``limit`` s.
 
-    A stuck import cannot be stopped: its thread stays blocked (a daemon, so the
-    process still exits) and the listing goes on.
+    ``progress`` hears the name when loading starts on a terminal, else once the load has
+    taken :data:`SLOW_LOAD` seconds (so a stalled import is named while it stalls, and
+    quick ones add no lines to a log). A stuck import cannot be stopped: its thread stays
+    blocked (a daemon, so the process still exits) and the listing goes on.
     """
     outcome: dict[str, Any] = {}
 
@@ -120,7 +124,13 @@ def _load_in_time(kind: str, name: str, limit: float) -> Any:
 
     worker = threading.Thread(target=load, name=f"pml-load-{kind}-{name}", daemon=True)
     worker.start()
-    worker.join(limit)
+    say = f"{_TITLES[kind]}: loading {name!r}"
+    if progress is not None and sys.stderr.isatty():
+        progress(say)
+    worker.join(min(limit, SLOW_LOAD))
+    if worker.is_alive() and progress is not None and not sys.stderr.isatty():
+        progress(f"{say} (still importing after {SLOW_LOAD:g} s)")
+    worker.join(max(0.0, limit - SLOW_LOAD))
     if worker.is_alive():
         raise TimeoutError(f"import took longer than {limit:g} s")
     if "error" in outcome:
@@ -129,12 +139,17 @@ def _load_in_time(kind: str, name: str, limit: float) -> Any:
 
 
 def _status(
-    kind: str, info: BackendInfo, check: bool, size: int, import_timeout: float
+    kind: str,
+    info: BackendInfo,
+    check: bool,
+    size: int,
+    import_timeout: float,
+    progress: Callable[[str], None] | None = None,
 ) -> BackendStatus:
     versions = [distribution_version(name) for name in info.distributions]
     advice = note = ""
     try:
-        backend = _load_in_time(kind, info.name, import_timeout)
+        backend = _load_in_time(kind, info.name, import_timeout, progress)
     except TimeoutError as error:
         reason = str(error)
     except Exception as error:  # a broken plugin must not break the listing
@@ -212,13 +227,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = contextlib.redirect_stdout(sys.stderr) if args.output == "-" else _nothing()
     with quiet:  # what plugins print must not corrupt the JSON on stdout
         rows = {
-            kind: backend_statuses(
-                kind,
-                args.check,
-                size=args.size,
-                import_timeout=args.import_timeout,
-                progress=_progress,
-            )
+            kind: backend_statuses(kind, args.check, args.size, args.import_timeout, _progress)
             for kind in _LOADERS
         }
     if args.output != "-":

@@ -45,7 +45,7 @@ MISTAKES = [
     (mistakes.UndeclaredApproximate, "euclidean", "declare is_exact = False"),
     (mistakes.ModifiesInputs, "euclidean", "modified its inputs"),
     (mistakes.UsearchPadding, "euclidean", "usearch-style padding"),
-    (mistakes.PynndescentPadding, "euclidean", "pynndescent-style padding"),
+    (mistakes.PynndescentPadding, "euclidean", "pynndescent-style"),
 ]
 
 

@@ -158,11 +158,12 @@ def _check_all(
 def check_knn_backend(knn_func: Any, *, backend: Any = None, size: int = CHECK_SIZE) -> list[Any]:
     """Run realistic searches through a k-NN backend; check every answer's form and truth.
 
-    On ``size`` clustered float32 rows of 16 dimensions (and ``size // 4`` separate queries):
-    a search against a separate reference (k = 10), a self-search (k = 10), a self-search
-    with ``k = n - 1`` on the first 64 rows (the most a self-search may ask for), and the
-    first search again on the backend's default threads, which must give the same distances
-    and indices (determinism). Every answer goes through the form checks of
+    First the tiny searches of old (5 and 12 random rows in 3-D, a self-search with
+    ``k = n - 1``), then on ``size`` clustered float32 rows of 16 dimensions (and
+    ``size // 4`` separate queries): a search against a separate reference (k = 10), a
+    self-search (k = 10), a self-search with ``k = n - 1`` on the first 64 rows (the most a
+    self-search may ask for), and the separate search again on the backend's default
+    threads, which must give the same distances and indices (determinism). Every answer goes through the form checks of
     :func:`check_knn_output` and the content spot-check of every library search (values of
     sampled pairs recomputed with the backend's distance, 32 queries scanned exactly), so
     ascending similarities, the wrong metric, indices of another ordering, an undeclared
@@ -235,8 +236,12 @@ def _check_one(knn_func: Any, backend: Any, size: int) -> list[Any]:
 
     query, reference = check_data(size)
     small = reference[:_SMALL].clone()
+    tiny, tiny_reference = torch.randn(2, 12, 3, generator=torch.Generator().manual_seed(0))
+    realistic = (query, 10, reference, False)
     calls = [
-        (query, 10, reference, False),
+        (tiny[:5], 3, tiny_reference, False),  # tiny first: a broken form shows on 5 rows
+        (tiny, len(tiny) - 1, tiny, True),
+        realistic,
         (reference, 10, reference, True),
         (small, len(small) - 1, small, True),
     ]
@@ -245,8 +250,8 @@ def _check_one(knn_func: Any, backend: Any, size: int) -> list[Any]:
         answer, check = search_knn(knn_func, *call, backend=backend, queries=32)
         answers.append(answer)
         checks.append(check)
-    again, _ = search_knn(knn_func, *calls[0], backend=backend, queries=32)
-    first = answers[0]
+    again, _ = search_knn(knn_func, *realistic, backend=backend, queries=32)
+    first = answers[2]  # the realistic separate search
     if not (torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])):
         changed = int((again[1] != first[1]).any(dim=1).sum())
         raise BackendOutputError(
@@ -345,10 +350,10 @@ def _check_padding(distances: torch.Tensor, indices: torch.Tensor, k: int, name:
     nan = distances.isnan()
     if bool(minus.any()):
         what = "-1 indices"
-        style = (
-            "pynndescent-style padding (index -1 with an inf distance)"
+        style = "faiss-style padding" + (
+            " (or pynndescent-style: index -1 with an inf distance)"
             if bool(distances[minus].isinf().all())
-            else "faiss-style padding"
+            else ""
         )
     elif bool(nan.any()):
         what = "NaN distances"
