@@ -112,8 +112,7 @@ def test_a_plugin_printing_at_import_does_not_corrupt_the_json(cli, fake_plugins
         "1.0",
         "[pytorch_metric_learning.knn_backends]\nfake_pml_chatty = fake_pml_chatty:make\n",
         {
-            "fake_pml_chatty": source
-            + "from pytorch_metric_learning.distances import LpDistance\n"
+            "fake_pml_chatty": source + "from pytorch_metric_learning.distances import LpDistance\n"
             "def make():\n    print('built')\n    return Backend(LpDistance())\n"
         },
     )

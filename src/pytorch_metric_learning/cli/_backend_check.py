@@ -23,8 +23,8 @@ import torch.distributed as dist
 
 from ..errors import BackendOutputError
 from ..evaluation import check_knn_backend
-from ..evaluation.search.knn_output import CHECK_SIZE
 from ..evaluation.distributed import DistributedEvaluationError
+from ..evaluation.search.knn_output import CHECK_SIZE
 
 __all__ = ["knn_problem", "kmeans_problem"]
 

@@ -231,7 +231,9 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"--output": args.output}, _input_files(args))
     check_ci_options(args)
     inputs = load_inputs(args)
-    quiet = contextlib.redirect_stdout(sys.stderr) if args.output == "-" else contextlib.nullcontext()
+    quiet = (
+        contextlib.redirect_stdout(sys.stderr) if args.output == "-" else contextlib.nullcontext()
+    )
     with quiet:  # what plugins print must not corrupt the JSON on stdout
         calculator = build_calculator(args)
         _log_setup(inputs, calculator)
@@ -249,16 +251,12 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci))
-        if _approximate(calculator):
-            print(f"\nNote: these figures come from an {calculator.last_knn_check.describe()}.")
+        check = calculator.last_knn_check
+        if check is not None and not check.exact:
+            print(f"\nNote: these figures come from an {check.describe()}.")
     if args.output:
         write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
     return 0
-
-
-def _approximate(calculator: AccuracyCalculator) -> bool:
-    check = getattr(calculator, "last_knn_check", None)
-    return check is not None and not check.exact
 
 
 def _log_setup(inputs: EvaluationInputs, calculator: AccuracyCalculator) -> None:

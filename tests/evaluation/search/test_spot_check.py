@@ -96,7 +96,9 @@ def test_modified_inputs_are_blamed_on_the_backend_not_nondeterminism() -> None:
 def test_an_in_place_torch_change_is_seen_by_the_version_counter() -> None:
     def normalizing(query, k, reference=None, ref_includes_query=False):
         query.div_(query.norm(dim=1, keepdim=True))
-        return CustomKNN(LpDistance(normalize_embeddings=False))(query, k, reference, ref_includes_query)
+        return CustomKNN(LpDistance(normalize_embeddings=False))(
+            query, k, reference, ref_includes_query
+        )
 
     x, _ = data()
     with pytest.raises(errors.BackendOutputError, match="modified its inputs"):
@@ -185,5 +187,7 @@ def test_plugin_exiting_at_import_becomes_backend_import_error(tmp_path, monkeyp
     origin = registry.Origin("knn", "exits", "fake-exits", "fake_pml_exits:Backend")
     from pytorch_metric_learning.evaluation.search._backend_checks import load_target
 
-    with pytest.raises(errors.BackendImportError, match="fake_pml_exits:Backend.*raised SystemExit"):
+    with pytest.raises(
+        errors.BackendImportError, match="fake_pml_exits:Backend.*raised SystemExit"
+    ):
         load_target("fake_pml_exits:Backend", origin, [])

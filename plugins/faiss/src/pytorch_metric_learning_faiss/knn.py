@@ -434,7 +434,7 @@ def _string_is_exact(index: str | None) -> bool:
 def _index_is_flat(index: Any) -> bool:
     inner = faiss.downcast_index(index)
     if type(inner).__name__.startswith("IndexIDMap"):
-        inner = faiss.downcast_index(inner.index)
+        inner = faiss.downcast_index(getattr(inner, "index"))  # noqa: B009 (swig attribute)
     return type(inner).__name__ in _FLAT_CLASSES
 
 

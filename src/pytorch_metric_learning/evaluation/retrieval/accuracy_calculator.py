@@ -29,9 +29,9 @@ from ...distances import LpDistance
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..clustering.kmeans import TorchKMeans
 from ..clustering.mutual_information import adjusted_mutual_info, normalized_mutual_info
-from ..search.knn import CustomKNN
 from ..search._checked_search import search_knn
 from ..search._spot_check import SpotCheck
+from ..search.knn import CustomKNN
 from ..search.registry import Spec, load_kmeans_func, load_knn_func
 from . import metrics
 from ._calculator_checks import check_device, check_has_rows, check_labels_not_nan

@@ -36,16 +36,19 @@ class ApproximateSearchWarning(UserWarning):
 
 
 def input_fingerprint(*tensors: torch.Tensor | None) -> list[Any]:
-    """A cheap fingerprint of tensors: version counter, storage, and float64 row sums.
+    """A cheap fingerprint of tensors: version counter, storage, and row sums.
 
     The version counter sees torch's in-place operations; the row sums (O(size), no
-    copy) see writes through a shared NumPy view too, and a reordering of the rows.
+    copy, in the tensor's dtype) see writes through a shared NumPy view too, and a
+    reordering of the rows. One tensor passed twice (a self-search) is summed once.
     """
     prints: list[Any] = []
+    seen: list[torch.Tensor] = []
     for tensor in tensors:
-        if tensor is None:
+        if tensor is None or any(tensor is other for other in seen):
             continue
-        sums = tensor.detach().sum(dim=1, dtype=torch.float64) if tensor.ndim == 2 else None
+        seen.append(tensor)
+        sums = tensor.detach().sum(dim=1) if tensor.ndim == 2 else None
         prints.append((tensor._version, tensor.data_ptr(), tuple(tensor.shape), sums))
     return prints
 
@@ -182,7 +185,9 @@ def _call(
 
 def _module_origin(knn_func: Any) -> str:
     """For a backend not built by name: the distribution its class's module belongs to."""
-    module = (getattr(knn_func, "__module__", None) or type(knn_func).__module__ or "").split(".")[0]
+    module = (getattr(knn_func, "__module__", None) or type(knn_func).__module__ or "").split(".")[
+        0
+    ]
     try:
         owners = packages_distributions().get(module, [])
     except Exception:  # broken metadata must not hide the backend's own error

@@ -90,7 +90,9 @@ class SpotCheck:
         kind = "exact k-NN search" if self.exact else "approximate k-NN index (is_exact = False)"
         if self.recall is None:
             return f"{kind}: recall not measured"
-        return f"{kind}: recall@{self.k} {self.recall:.4f} measured on {self.queries} sampled queries"
+        return (
+            f"{kind}: recall@{self.k} {self.recall:.4f} measured on {self.queries} sampled queries"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values."""
@@ -214,6 +216,21 @@ def diagnose_output(
     if _close(truth, returned, query, reference, rows, found, distance):
         return ""
     return _diagnose_values(distances, indices, query, reference, distance, rows, returned)
+
+
+def _matrix(distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """``distance(query, reference)`` in float64, without re-validating the whole reference.
+
+    The caller's inputs were checked before the search (and fingerprinted around it);
+    ``distance(...)`` would scan all of them again for non-finite values, which is most of
+    the spot-check's cost at scale.
+    """
+    if type(distance).__call__ is not BaseDistance.__call__:  # a distance of its own making
+        return distance(query, reference).double()
+    work = torch.promote_types(query.dtype, reference.dtype)
+    work = work if work in (torch.float32, torch.float64) else torch.float32
+    prepared = [distance.maybe_normalize(x.to(work)) for x in (query, reference)]
+    return distance.powered_mat(*prepared).double()
 
 
 def _spread(count: int, total: int, device: torch.device) -> torch.Tensor:
@@ -340,7 +357,7 @@ def _rows_hold_true_values(
 ) -> bool:
     """Whether a few rows' values are the k best values of the query (any indices)."""
     rows = _spread(QUERY_SAMPLE, len(query), query.device)
-    full = distance(query[rows], reference).double()
+    full = _matrix(distance, query[rows], reference)
     k = distances.shape[1]
     best = full.topk(min(k + 1, full.shape[1]), dim=1, largest=distance.is_inverted).values
     returned = distances[rows].double()
@@ -382,11 +399,9 @@ def _scan(
 ) -> tuple[float, int]:
     """Exact search of a few queries; return the recall, raise for an exact backend's miss."""
     rows = _spread(queries, len(query), query.device)
-    full = distance(query[rows], reference).double()
+    full = _matrix(distance, query[rows], reference)
     key = -full if distance.is_inverted else full  # smaller is nearer
-    limit = _tolerance(query.dtype, distances.dtype) * (
-        key.abs().amax(dim=1, keepdim=True) + 1.0
-    )
+    limit = _tolerance(query.dtype, distances.dtype) * (key.abs().amax(dim=1, keepdim=True) + 1.0)
     if ref_includes_query:
         key[torch.arange(len(rows), device=key.device), rows] = float("inf")
     truth = key.topk(k, dim=1, largest=False).values  # the k nearest, nearest first

@@ -205,7 +205,9 @@ def check_knn_backend(knn_func: Any, *, backend: Any = None, size: int = CHECK_S
     checks: list[Any] = []
     spec = isinstance(knn_func, (str, Mapping))
     for built in _built_variants(knn_func):
-        checks += _check_one(built, backend if backend is not None else built if spec else knn_func, size)
+        checks += _check_one(
+            built, backend if backend is not None else built if spec else knn_func, size
+        )
     return checks
 
 
