@@ -414,7 +414,8 @@ def _scan(
     bad = misses.any(dim=1).nonzero()
     if len(bad):
         row = int(bad[0])
-        _raise_or_report(key, got, truth, limit, rows, row, indices, distance, name, recall)
+        message = _miss_message(key, got, truth, limit, rows, row, indices, distance, name, recall)
+        raise _NeighbourMiss(message, recall, len(rows))
     return recall, len(rows)
 
 
@@ -443,26 +444,6 @@ def _check_listing_order(
         f"{indices[rows[row]].tolist()[:8]} in the wrong order under {distance!r}. {what}; "
         "a backend that returns similarities must list them largest first and declare "
         "is_inverted = True (or keep its 'distance' object, whose is_inverted is read)."
-    )
-
-
-def _raise_or_report(
-    key: torch.Tensor,
-    got: torch.Tensor,
-    truth: torch.Tensor,
-    limit: torch.Tensor,
-    rows: torch.Tensor,
-    row: int,
-    indices: torch.Tensor,
-    distance: BaseDistance,
-    name: str,
-    recall: float,
-) -> None:
-    """A sampled row misses a true neighbour: an error, unless the backend is approximate."""
-    raise _NeighbourMiss(
-        _miss_message(key, got, truth, limit, rows, row, indices, distance, name, recall),
-        recall,
-        len(rows),
     )
 
 
