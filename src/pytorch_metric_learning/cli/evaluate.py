@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -167,14 +168,20 @@ def run(args: argparse.Namespace) -> int:
     check_ci_options(args)
     args.device = resolve_device(args.device)
     inputs = load_inputs(args)
-    calculator = build_calculator(args)
-    _log_setup(inputs, calculator)
-    started = time.perf_counter()
+    quiet = (
+        contextlib.redirect_stdout(sys.stderr) if args.output == "-" else contextlib.nullcontext()
+    )
     small_k = _SmallK()
     calculator_logger = logging.getLogger(AccuracyCalculator.__module__)
     calculator_logger.addFilter(small_k)
     try:
-        metrics = compute_metrics(calculator, inputs, args.ref_includes_query, args.ci is not None)
+        with quiet:  # what plugins print must not corrupt the JSON on stdout
+            calculator = build_calculator(args)
+            _log_setup(inputs, calculator)
+            started = time.perf_counter()
+            metrics = compute_metrics(
+                calculator, inputs, args.ref_includes_query, args.ci is not None
+            )
     finally:
         calculator_logger.removeFilter(small_k)
     logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
@@ -183,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))
+        check = calculator.last_knn_check
+        if check is not None and not check.exact:
+            print(f"\nNote: these figures come from an {check.describe()}.")
     if args.output:
         write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
     return 0
@@ -321,6 +331,17 @@ def _scored_classes(inputs: EvaluationInputs, ref_includes_query: bool) -> list[
     return [names[n] if names else int(n) for n in numbers.tolist()]
 
 
+def _search_check(calculator: AccuracyCalculator) -> dict[str, Any]:
+    """``exact`` and, for an approximate backend, the recall its spot-check measured."""
+    check = getattr(calculator, "last_knn_check", None)
+    if check is None:
+        return {}
+    found: dict[str, Any] = {"exact": check.exact}
+    if not check.exact:
+        found["approximate"] = {**check.as_dict(), "note": check.describe()}
+    return found
+
+
 def _record(
     metrics: dict[str, Any],
     inputs: EvaluationInputs,
@@ -351,6 +372,7 @@ def _record(
         "knn": {
             **describe_spec(args.knn, "knn", "custom"),
             "repr": repr(calculator.knn_func),
+            **_search_check(calculator),
         },
         "kmeans": {
             **describe_spec(args.kmeans, "kmeans", "torch"),

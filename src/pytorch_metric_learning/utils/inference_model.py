@@ -23,6 +23,7 @@ from .._validation import check_matrix, check_positive_int, invalid
 from .._warnings import warn_external
 from ..distances import CosineSimilarity
 from ..errors import CorruptFileError, InvalidArgumentError, InvalidTypeError
+from ..evaluation.search._checked_search import search_knn
 from ..evaluation.search.registry import load_knn_func
 from ..evaluation.verification.match_finder import MatchFinder
 from ..testers.base_tester import _default_device, _eval_mode, _to_device
@@ -171,7 +172,11 @@ class InferenceModel:
             result: tuple[torch.Tensor, torch.Tensor] = self.knn_func(query_emb, k)
             return result
         reference = self._require_reference("search")
-        return self.knn_func(query_emb, k, reference.to(query_emb.device), False)
+        # through the form and content checks every library search through a backend passes
+        found, _ = search_knn(
+            self.knn_func, query_emb, k, reference.to(query_emb.device), caller="InferenceModel"
+        )
+        return found
 
     def save_knn_func(self, filename: PathLike) -> None:
         """Save the gallery: the backend's own index, or the kept embeddings.

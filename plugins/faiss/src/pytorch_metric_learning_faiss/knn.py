@@ -93,6 +93,7 @@ class FaissKNN:
         )
         self._index: Any = None
         self._inverted = False
+        self._exact = _string_is_exact(index)
         self._resources = _gpu.GpuResources(lambda: faiss.StandardGpuResources())
         self._warned_cpu_only = False
 
@@ -108,6 +109,23 @@ class FaissKNN:
             if value is not None:
                 options.append(f"{'index' if name == 'index_string' else name}={value!r}")
         return f"FaissKNN({', '.join(options)})"
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether the index compares every row (a flat index), so its neighbours are exact.
+
+        False for an approximate factory string (``"HNSW32"``, ``"IVF1024,Flat"``, a
+        ``PCA`` or quantizing index ...): the library then reports the recall it measures
+        on a sample instead of calling a missed neighbour an error. The live index decides
+        when there is one, else the index built last, else the factory string.
+
+        Example:
+            >>> FaissKNN().is_exact, FaissKNN(index="Flat").is_exact, FaissKNN(index="HNSW32").is_exact
+            (True, True, False)
+        """
+        if self._index is not None:
+            return _index_is_flat(self._index)
+        return self._exact
 
     @property
     def is_inverted(self) -> bool:
@@ -360,6 +378,7 @@ class FaissKNN:
             raise invalid("index_init_fn", _OWNER, "a callable returning a faiss.Index", index)
         _check_dimension(index, dimension, "reference")
         self._inverted = index.metric_type == faiss.METRIC_INNER_PRODUCT
+        self._exact = _index_is_flat(index)
         return index
 
     def _apply_search_params(self) -> None:
@@ -448,6 +467,29 @@ class FaissKNN:
                 "train(), add() or load() first."
             )
         return self._index
+
+
+_FLAT_STRINGS = {"Flat"}
+_FLAT_CLASSES = {
+    "IndexFlat",
+    "IndexFlatL2",
+    "IndexFlatIP",
+    "GpuIndexFlat",
+    "GpuIndexFlatL2",
+    "GpuIndexFlatIP",
+}
+
+
+def _string_is_exact(index: str | None) -> bool:
+    """A factory string is exact when it names a flat index and nothing that transforms it."""
+    return index is None or index.replace(" ", "") in _FLAT_STRINGS
+
+
+def _index_is_flat(index: Any) -> bool:
+    inner = faiss.downcast_index(index)
+    if type(inner).__name__.startswith("IndexIDMap"):
+        inner = faiss.downcast_index(getattr(inner, "index"))  # noqa: B009 (swig attribute)
+    return type(inner).__name__ in _FLAT_CLASSES
 
 
 def _distance_of_metric(metric_type: int) -> BaseDistance | None:

@@ -23,8 +23,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--check",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="run each backend once on tiny data and check its output (default: on; "
-        "--no-check only imports and builds them)",
+        help="run each backend through realistic searches and check its output's form and "
+        "content (default: on; --no-check only imports and builds them)",
+    )
+    parser.add_argument(
+        "--size",
+        type=_size,
+        default=None,
+        metavar="N",
+        help="reference rows of each k-NN check search (default: 2000; at least 64)",
+    )
+    parser.add_argument(
+        "--import-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="give up on a backend whose import and build take longer than this (default: 30)",
     )
     parser.add_argument(
         "--output", metavar="FILE.json", help="also write the listing as JSON ('-' for stdout)"
@@ -34,3 +48,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _outputs(args: argparse.Namespace) -> None:
     check_outputs({"--output": args.output}, {})
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 64:
+        raise argparse.ArgumentTypeError(f"must be an int of at least 64. Got {text!r} instead")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number. Got {text!r} instead")
+    return value

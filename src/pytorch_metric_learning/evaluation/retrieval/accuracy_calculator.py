@@ -30,8 +30,9 @@ from ...distances import LpDistance
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..clustering.kmeans import TorchKMeans
 from ..clustering.mutual_information import adjusted_mutual_info, normalized_mutual_info
+from ..search._checked_search import search_knn
+from ..search._spot_check import SpotCheck
 from ..search.knn import CustomKNN
-from ..search.knn_output import check_knn_output
 from ..search.registry import Spec, load_kmeans_func, load_knn_func
 from . import metrics
 from ._calculator_checks import (
@@ -200,6 +201,8 @@ class AccuracyCalculator:
         self.device = check_device(device, OWNER)
         self.knn_func = _default_knn() if knn_func is None else load_knn_func(knn_func)
         self.kmeans_func = TorchKMeans() if kmeans_func is None else load_kmeans_func(kmeans_func)
+        # What the spot-check of the last search measured (exact or approximate, recall).
+        self.last_knn_check: SpotCheck | None = None
 
     def __repr__(self) -> str:
         return (
@@ -624,18 +627,17 @@ class AccuracyCalculator:
     def _search(
         self, query: torch.Tensor, k: int, reference: torch.Tensor, ref_includes_query: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Call the backend once (or not at all for k=0) and validate its output (that of
-        any backend but the built-in ``CustomKNN``)."""
+        """Call the backend once (or not at all for k=0) through the form and content
+        checks (:func:`search_knn`); an approximate backend's recall is logged."""
         if k == 0:
             empty = torch.empty((len(query), 0), device=query.device)
             return empty, empty.long()
-        with torch.no_grad():
-            result = self.knn_func(query, k, reference, ref_includes_query)
-        if type(self.knn_func) is CustomKNN:  # the built-in exact search: proven by its tests
-            return result
-        return check_knn_output(
-            result, query, k, reference, ref_includes_query, backend=self.knn_func, caller=OWNER
+        result, self.last_knn_check = search_knn(
+            self.knn_func, query, k, reference, ref_includes_query, caller=OWNER
         )
+        if self.last_knn_check is not None and not self.last_knn_check.exact:
+            logger.warning("The k-NN metrics come from an %s.", self.last_knn_check.describe())
+        return result
 
     # ----- clustering -----
 

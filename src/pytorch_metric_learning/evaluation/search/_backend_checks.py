@@ -55,7 +55,19 @@ def load_target(target: str, origin: Origin, others: list[str]) -> Any:
         raise _failed_import(origin, error, others) from error
     except Exception as error:
         raise _failed_import(origin, error, others) from error
+    except (SystemExit, KeyboardInterrupt) as error:  # a plugin must not end the program
+        raise _ended_program(origin, error, "importing") from error
     return _attribute(module, attribute.strip(), origin)
+
+
+def _ended_program(origin: Origin, error: BaseException, doing: str) -> BackendImportError:
+    """A plugin raised ``SystemExit``/``KeyboardInterrupt`` while being imported or built."""
+    code = f" (code {error.code!r})" if isinstance(error, SystemExit) else ""
+    return BackendImportError(
+        f"The {origin} raised {type(error).__name__}{code} "
+        f"while {doing} it: a plugin must not end the program. Fix or uninstall "
+        f"{origin.distribution}, or choose another backend."
+    )
 
 
 def _is_prefix(missing: str, module: str) -> bool:
@@ -130,6 +142,8 @@ def build_backend(factory: Callable[..., Any], options: dict[str, Any], origin: 
     """
     try:
         return factory(**options)
+    except (SystemExit, KeyboardInterrupt) as error:  # a plugin must not end the program
+        raise _ended_program(origin, error, "building") from error
     except (PMLError, ImportError):  # already says what it is (a missing library: its name)
         raise
     except Exception as error:

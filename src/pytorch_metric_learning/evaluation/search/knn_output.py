@@ -8,15 +8,26 @@ plugin authors run them in their tests.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from ...errors import BackendOutputError, BackendOutputTypeError
+from ...errors import (
+    BackendOutputError,
+    BackendOutputTypeError,
+    InvalidArgumentError,
+    InvalidBackendOptionError,
+)
 from .protocols import knn_is_inverted
-from .registry import backend_name, knn_backend_origin
+from .registry import backend_name, knn_backend_origin, load_knn_func
 
 __all__ = ["check_knn_output", "check_knn_backend"]
+
+CHECK_SIZE = 2000  # check_knn_backend's default reference rows
+_SMALL = 64  # rows of its self-search with k = n - 1, and the least size it takes
+_DIMS = 16
+_DISTANCE_KINDS = ("euclidean", "cosine")
 
 _CONTRACT = "see the KNNFunc contract in pytorch_metric_learning.evaluation.search.protocols"
 
@@ -62,6 +73,7 @@ def check_knn_output(
     *,
     backend: Any = None,
     caller: str | None = None,
+    knn_func: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return a k-NN backend's ``(distances, indices)`` if they follow the contract.
 
@@ -80,6 +92,8 @@ def check_knn_output(
         backend: The backend object (its ``is_inverted`` decides the order, and error
             messages name it) or a name for messages.
         caller: Who called the backend, for messages (``"AccuracyCalculator"``).
+        knn_func: The backend object whose ``is_inverted`` decides the order, when
+            ``backend`` only names it (default: ``backend``).
 
     Returns:
         ``(distances, indices)``, unchanged.
@@ -108,7 +122,8 @@ def check_knn_output(
     if caller:
         name = f"knn_func of {caller} ({name})"
     try:
-        return _check_all(output, query, k, reference, ref_includes_query, backend, name)
+        order_of = backend if knn_func is None else knn_func
+        return _check_all(output, query, k, reference, ref_includes_query, order_of, name)
     except BackendOutputError as error:
         where = _provenance(backend)
         if not where:
@@ -130,6 +145,7 @@ def _check_all(
     _check_shape(distances, indices, (len(query), k), ref_includes_query, name)
     _check_dtypes(distances, indices, name)
     _check_device(distances, indices, query.device, name)
+    _check_padding(distances, indices, k, name)
     _check_index_range(indices, num_reference, k, name)
     _check_distinct(indices, name)
     if ref_includes_query:
@@ -139,48 +155,115 @@ def _check_all(
     return distances, indices
 
 
-def check_knn_backend(knn_func: Any, *, backend: Any = None) -> None:
-    """Run a tiny search through a k-NN backend and check every answer against the contract.
+def check_knn_backend(knn_func: Any, *, backend: Any = None, size: int = CHECK_SIZE) -> list[Any]:
+    """Run realistic searches through a k-NN backend; check every answer's form and truth.
 
-    Three searches of 12 random float32 points in 3-D on the CPU: against a separate
-    reference, a self-search with ``k = n - 1`` (the most a self-search may ask for), and
-    the first search again, which must give the same distances and indices (determinism).
-    Meant for a plugin's tests and for listing which installed backends work.
+    First the tiny searches of old (5 and 12 random rows in 3-D, a self-search with
+    ``k = n - 1``), then on ``size`` clustered float32 rows of 16 dimensions (and
+    ``size // 4`` separate queries): a search against a separate reference (k = 10), a
+    self-search (k = 10), a self-search with ``k = n - 1`` on the first 64 rows (the most a
+    self-search may ask for), and the separate search again on the backend's default
+    threads, which must give the same distances and indices (determinism). Every answer goes through the form checks of
+    :func:`check_knn_output` and the content spot-check of every library search (values of
+    sampled pairs recomputed with the backend's distance, 32 queries scanned exactly), so
+    ascending similarities, the wrong metric, indices of another ordering, an undeclared
+    approximate index, modified inputs and padding are caught here, before use.
+
+    Given a backend *name* or spec mapping, the backend is built once per distance kind
+    (``distance="euclidean"`` and ``distance="cosine"``) when its factory takes a
+    ``distance`` option; a built backend is checked with its own distance.
 
     Args:
-        knn_func: The backend to try.
+        knn_func: The backend to try, or a name / ``{"name": ...}`` spec to build it from.
         backend: How messages name it (default: ``knn_func`` itself).
+        size: Rows of the reference (at least 64); authors may test at their own scale.
+
+    Returns:
+        What each search's spot-check measured (:class:`SpotCheck`: exact or approximate,
+        recall on the sampled queries).
 
     Raises:
         BackendOutputError: (a ``ValueError``) naming the backend and what it got wrong.
+        BackendRuntimeError: (a ``RuntimeError``) the backend raised during a search.
 
     Example:
         >>> from pytorch_metric_learning.evaluation import load_knn_func
-        >>> check_knn_backend(load_knn_func("custom"))
+        >>> _ = check_knn_backend(load_knn_func("custom"), size=200)
         >>> def forgetful(query, k, reference=None, ref_includes_query=False):
         ...     return load_knn_func("custom")(query, k, reference, False)
         >>> try:
-        ...     check_knn_backend(forgetful)
+        ...     check_knn_backend(forgetful, size=200)
         ... except ValueError as error:
         ...     print(error)
         The k-NN backend forgetful returned row 0 containing its own index 0 ...
     """
-    backend = knn_func if backend is None else backend
+    if isinstance(size, bool) or not isinstance(size, int) or size < _SMALL:
+        raise InvalidArgumentError(
+            f"The 'size' parameter of check_knn_backend must be an int of at least {_SMALL}. "
+            f"Got {size!r} instead."
+        )
+    checks: list[Any] = []
+    spec = isinstance(knn_func, (str, Mapping))
+    for built in _built_variants(knn_func):
+        checks += _check_one(
+            built, backend if backend is not None else built if spec else knn_func, size
+        )
+    return checks
+
+
+def _built_variants(knn_func: Any) -> list[Any]:
+    """The backend itself, or one build per distance kind from a name or spec mapping."""
+    if not isinstance(knn_func, (str, Mapping)):
+        return [knn_func]
+    if isinstance(knn_func, Mapping) and "distance" in knn_func:
+        return [load_knn_func(knn_func)]
+    try:
+        return [load_knn_func(knn_func, distance=kind) for kind in _DISTANCE_KINDS]
+    except InvalidBackendOptionError:  # the factory takes no 'distance' option
+        return [load_knn_func(knn_func)]
+
+
+def check_data(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(query, reference)``: clustered float32 points, ``size // 4`` and ``size`` rows."""
     generator = torch.Generator().manual_seed(0)
-    query, reference = torch.randn(2, 12, 3, generator=generator).unbind(0)
-    calls = [(query[:5], 3, reference, False), (query, len(query) - 1, query, True)]
-    with torch.no_grad():
-        answers = [knn_func(*call) for call in calls]
-        for answer, call in zip(answers, calls):
-            check_knn_output(answer, *call, backend=backend)
-        again = check_knn_output(knn_func(*calls[0]), *calls[0], backend=backend)
-    first = answers[0]
+    centers = 3 * torch.randn(20, _DIMS, generator=generator)
+    rows = size + size // 4
+    points = centers[torch.randint(0, 20, (rows,), generator=generator)]
+    points = points + torch.randn(rows, _DIMS, generator=generator)
+    return points[size:].clone(), points[:size].clone()
+
+
+def _check_one(knn_func: Any, backend: Any, size: int) -> list[Any]:
+    from ._checked_search import search_knn  # it imports this module's form checks
+
+    query, reference = check_data(size)
+    small = reference[:_SMALL].clone()
+    tiny, tiny_reference = torch.randn(2, 12, 3, generator=torch.Generator().manual_seed(0))
+    realistic = (query, 10, reference, False)
+    calls = [
+        (tiny[:5], 3, tiny_reference, False),  # tiny first: a broken form shows on 5 rows
+        (tiny, len(tiny) - 1, tiny, True),
+        realistic,
+        (reference, 10, reference, True),
+        (small, len(small) - 1, small, True),
+    ]
+    checks, answers = [], []
+    for call in calls:
+        answer, check = search_knn(knn_func, *call, backend=backend, queries=32)
+        answers.append(answer)
+        checks.append(check)
+    again, _ = search_knn(knn_func, *realistic, backend=backend, queries=32)
+    first = answers[2]  # the realistic separate search
     if not (torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])):
+        changed = int((again[1] != first[1]).any(dim=1).sum())
         raise BackendOutputError(
             f"The {_describe_backend(backend)} returned different distances or neighbours for "
-            "the same search twice; the k-NN contract asks for deterministic results (seed "
-            f"what the backend randomizes).{_provenance(backend)}"
+            f"the same search twice ({changed} of {len(first[1])} rows changed neighbours); "
+            "the k-NN contract asks for deterministic results: seed what the backend "
+            "randomizes, and build approximate indexes (HNSW) on one thread or with a "
+            f"deterministic insertion order.{_provenance(backend)}"
         )
+    return [check for check in checks if check is not None]
 
 
 def _two_tensors(output: Any, name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,6 +338,41 @@ def _check_device(
                 f"The {name} must return {part} on the query's device ({device}). "
                 f"Got {tensor.device} instead; move them with .to(query.device)."
             )
+
+
+def _check_padding(distances: torch.Tensor, indices: torch.Tensor, k: int, name: str) -> None:
+    """Name the padding of a backend that found fewer than k neighbours.
+
+    faiss pads with index -1 (and a huge distance), pynndescent with -1 and ``inf``,
+    usearch with index 0 and a NaN distance: none of them is a row of the reference.
+    """
+    if not indices.numel():
+        return
+    minus = indices == -1
+    nan = distances.isnan()
+    if bool(minus.any()):
+        what = "-1 indices"
+        style = "faiss-style padding" + (
+            " (or pynndescent-style: index -1 with an inf distance)"
+            if bool(distances[minus].isinf().all())
+            else ""
+        )
+    elif bool(nan.any()):
+        what = "NaN distances"
+        style = (
+            "usearch-style padding (index 0 with a NaN distance)"
+            if bool((indices[nan] == 0).all())
+            else "padding, or a failed distance computation"
+        )
+    else:
+        return
+    rows = int((minus | nan).any(dim=1).sum())
+    raise BackendOutputError(
+        f"The {name} returned {what} in {rows} rows: {style}, meaning the index found fewer "
+        f"than k={k} neighbours for those queries (an approximate index that visits too "
+        "little of itself, e.g. a low nprobe, efSearch or ef). Search more of the index, ask "
+        "for fewer neighbours, or fill the missing ones by an exact search of those rows."
+    )
 
 
 def _check_index_range(indices: torch.Tensor, num_reference: int, k: int, name: str) -> None:

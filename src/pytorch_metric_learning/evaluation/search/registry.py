@@ -79,6 +79,8 @@ Spec = Any  # a callable, a backend name, or a mapping {"name": ..., **options}
 
 # The name each backend built by the registry was asked for by, for error messages.
 _BUILT_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+# The distance object each backend built with a 'distance' option was given.
+_CONFIGURED_DISTANCES: weakref.WeakKeyDictionary[Any, BaseDistance] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,9 @@ class _Registry:
         backend = build_backend(factory, options, self.origin(name))
         self.check(backend, name)
         _remember_name(backend, name)
+        if isinstance(options.get("distance"), BaseDistance):
+            with contextlib.suppress(TypeError):
+                _CONFIGURED_DISTANCES[backend] = options["distance"]
         return backend
 
     def _split_spec(self, spec: Spec, options: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -358,6 +363,29 @@ def backend_name(backend: Any) -> str | None:
         return _BUILT_NAMES.get(backend)
     except TypeError:
         return None
+
+
+def configured_distance(backend: Any) -> BaseDistance | None:
+    """The distance object a k-NN backend works with: the one its spec configured, else its own.
+
+    The ``distance`` option given to :func:`load_knn_func` wins (a plugin that ignores it
+    is the mistake to catch), then a :class:`BaseDistance` ``distance`` attribute of the
+    backend; ``None`` when neither is known.
+
+    Example:
+        >>> configured_distance(load_knn_func("custom", distance="cosine"))
+        CosineSimilarity(normalize_embeddings=True, p=2, power=1, is_inverted=True)
+        >>> configured_distance(len) is None
+        True
+    """
+    try:
+        configured = _CONFIGURED_DISTANCES.get(backend)
+    except TypeError:
+        configured = None
+    if configured is not None:
+        return configured
+    own = getattr(backend, "distance", None)
+    return own if isinstance(own, BaseDistance) else None
 
 
 def knn_backend_origin(backend: Any) -> str | None:
