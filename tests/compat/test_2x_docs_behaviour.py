@@ -205,6 +205,7 @@ def test_batched_distance_iter_fn_none_then_set() -> None:
 # ---------------------------------------------------------------- 7. c_f
 
 
+# The 2.x names of c_f that this library provides again (docs/migrating.md lists the rest).
 PROVIDED = [
     "COLLECT_STATS",
     "NUMPY_RANDOM",

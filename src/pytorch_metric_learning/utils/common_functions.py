@@ -18,50 +18,13 @@ import numpy as np
 
 from .._logging import legacy_logger, legacy_logger_name, set_logger_name
 from ..testers.label_mapper import LabelMapper
+from . import _label_helpers, _model_files, _tensor_helpers, _training_helpers
 from ._datasets import EmbeddingDataset, get_eval_dataloader
-from ._label_helpers import (
-    get_hierarchy_label,
-    get_label_map,
-    get_labels_to_indices,
-    make_label_to_rank_dict,
-    map_labels,
-    process_label,
-)
-from ._model_files import (
-    delete_dict_of_models,
-    latest_version,
-    load_dict_of_models,
-    load_model,
-    modelpath_creator,
-    operate_on_dict_of_models,
-    save_dict_of_models,
-    save_model,
-)
+from ._label_helpers import *  # noqa: F403
+from ._model_files import *  # noqa: F403
 from ._record_rows import sqlite_obj_to_dict
-from ._tensor_helpers import (
-    check_shapes,
-    is_list_or_tuple,
-    neg_inf,
-    numpy_to_torch,
-    pos_inf,
-    set_ref_emb,
-    small_val,
-    to_device,
-    to_dtype,
-    to_numpy,
-    torch_all_from_dim_to_end,
-    torch_arange_from_size,
-    torch_standard_scaler,
-    use_cuda_if_available,
-)
-from ._training_helpers import (
-    TorchInitWrapper,
-    get_train_dataloader,
-    return_input,
-    set_layers_to_eval,
-    set_requires_grad,
-    try_next_on_generator,
-)
+from ._tensor_helpers import *  # noqa: F403
+from ._training_helpers import *  # noqa: F403
 
 __all__ = [
     "LOGGER",
@@ -69,45 +32,15 @@ __all__ = [
     "set_logger_name",
     "EmbeddingDataset",
     "LabelMapper",
-    "get_label_map",
-    "make_label_to_rank_dict",
-    "get_hierarchy_label",
-    "map_labels",
-    "process_label",
     "get_eval_dataloader",
-    "torch_all_from_dim_to_end",
-    "torch_standard_scaler",
-    "to_device",
-    "to_dtype",
-    "to_numpy",
-    "numpy_to_torch",
-    "check_shapes",
-    "is_list_or_tuple",
-    "use_cuda_if_available",
-    "modelpath_creator",
-    "save_model",
-    "load_model",
-    "latest_version",
-    "save_dict_of_models",
-    "load_dict_of_models",
-    "delete_dict_of_models",
+    "sqlite_obj_to_dict",
     "COLLECT_STATS",
     "NUMPY_RANDOM",
-    "pos_inf",
-    "neg_inf",
-    "small_val",
-    "torch_arange_from_size",
-    "set_ref_emb",
-    "get_labels_to_indices",
     "safe_random_choice",
-    "operate_on_dict_of_models",
-    "sqlite_obj_to_dict",
-    "TorchInitWrapper",
-    "get_train_dataloader",
-    "return_input",
-    "set_layers_to_eval",
-    "set_requires_grad",
-    "try_next_on_generator",
+    *_label_helpers.__all__,
+    *_model_files.__all__,
+    *_tensor_helpers.__all__,
+    *_training_helpers.__all__,
 ]
 
 # 2.x's switch for the statistics distances collect; read by BaseDistance(collect_stats=None).

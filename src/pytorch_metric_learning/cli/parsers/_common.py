@@ -15,6 +15,7 @@ from .._errors import UsageError
 __all__ = [
     "Deferred",
     "add_command",
+    "int_at_least",
     "positive_int",
     "non_negative_int",
     "ci_level",
@@ -58,36 +59,29 @@ def add_command(
     return parser
 
 
-def non_negative_int(text: str) -> int:
-    """An int of at least 0 (an argparse ``type``; NumPy's generators take no negative seed).
+def int_at_least(minimum: int, expected: str) -> Callable[[str], int]:
+    """An argparse ``type``: an int of at least ``minimum``, else an error saying ``expected``.
 
     Example:
-        >>> non_negative_int("0")
-        0
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative int. Got {text!r} instead")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """An int of at least 1 (an argparse ``type``).
-
-    Example:
-        >>> positive_int("3")
+        >>> int_at_least(1, "a positive int")("3")
         3
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive int. Got {text!r} instead")
-    return value
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {expected}. Got {text!r} instead")
+        return value
+
+    return convert
+
+
+positive_int = int_at_least(1, "a positive int")
+# NumPy's generators take no negative seed.
+non_negative_int = int_at_least(0, "a non-negative int")
 
 
 def ci_level(text: str) -> float:

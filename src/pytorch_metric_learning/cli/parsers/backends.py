@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._paths import check_outputs
-from ._common import Deferred, add_command
+from ._common import Deferred, add_command, int_at_least
 
 __all__ = ["add_parser"]
 
@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--size",
-        type=_size,
+        type=int_at_least(64, "an int of at least 64"),
         default=None,
         metavar="N",
         help="reference rows of each k-NN check search (default: 2000; at least 64)",
@@ -48,16 +48,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _outputs(args: argparse.Namespace) -> None:
     check_outputs({"--output": args.output}, {})
-
-
-def _size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 64:
-        raise argparse.ArgumentTypeError(f"must be an int of at least 64. Got {text!r} instead")
-    return value
 
 
 def _seconds(text: str) -> float:
