@@ -10,29 +10,20 @@ Usage: python benchmarks/knn_output_check.py [--sizes 10000,50000] [--dims 128] 
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
+from _timing import best_of
 
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.evaluation import CustomKNN, check_knn_output
-
-
-def _best_of(repeats: int, run) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def measure(n: int, d: int, k: int) -> tuple[float, float]:
     x = torch.randn(n, d, generator=torch.Generator().manual_seed(0))
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2), batch_size=256)
     output = knn(x, k, x, True)
-    search = _best_of(1, lambda: knn(x, k, x, True))
-    check = _best_of(5, lambda: check_knn_output(output, x, k, x, True, backend=knn))
+    search = best_of(1, lambda: knn(x, k, x, True))
+    check = best_of(5, lambda: check_knn_output(output, x, k, x, True, backend=knn))
     return search, check
 
 

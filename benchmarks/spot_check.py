@@ -16,24 +16,15 @@ Usage: python benchmarks/spot_check.py [--sizes 20000,50000] [--dims 128] [--k 1
 from __future__ import annotations
 
 import argparse
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from _timing import best_of
 
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.evaluation import CustomKNN
 from pytorch_metric_learning.evaluation.search._checked_search import input_fingerprint
 from pytorch_metric_learning.evaluation.search._spot_check import spot_check_knn
-
-
-def _best_of(repeats: int, run: Callable[[], Any]) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _backends() -> dict[str, Any]:
@@ -54,7 +45,7 @@ def measure(knn: Any, n: int, d: int, k: int) -> tuple[float, float]:
     x = torch.randn(n, d, generator=torch.Generator().manual_seed(0))
     distance = LpDistance(normalize_embeddings=False, power=2)
     distances, indices = knn(x, k, x, True)
-    search = _best_of(1, lambda: knn(x, k, x, True))
+    search = best_of(1, lambda: knn(x, k, x, True))
 
     def check() -> None:
         input_fingerprint(x, x)  # a self-search: one tensor, summed once, before and after
@@ -63,7 +54,7 @@ def measure(knn: Any, n: int, d: int, k: int) -> tuple[float, float]:
             distances, indices, x, k, x, True, distance=distance, backend=knn, name="bench"
         )
 
-    return search, _best_of(5, check)
+    return search, best_of(5, check)
 
 
 def main() -> None:

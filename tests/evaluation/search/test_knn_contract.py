@@ -21,14 +21,6 @@ from pytorch_metric_learning.evaluation import (
     remove_self_matches,
 )
 from pytorch_metric_learning.evaluation.distributed import DistributedKNN
-from pytorch_metric_learning.evaluation.search import registry
-
-
-@pytest.fixture(autouse=True)
-def fresh_registry():
-    registry._reset_for_tests()
-    yield
-    registry._reset_for_tests()
 
 
 def points(n: int = 30, dims: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -51,13 +51,6 @@ needs_test_plugins = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def fresh_registry():
-    registry._reset_for_tests()
-    yield
-    registry._reset_for_tests()
-
-
 def test_core_backend_comes_from_an_entry_point() -> None:
     assert "custom" in list_knn_backends()
     info = {row.name: row for row in registry.backend_info("knn")}

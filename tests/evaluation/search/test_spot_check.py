@@ -49,13 +49,6 @@ MISTAKES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_registry():
-    registry._reset_for_tests()
-    yield
-    registry._reset_for_tests()
-
-
 def data(n: int = 600, dims: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 10, (n,), generator=generator)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
@@ -101,16 +99,6 @@ class _Handle:
 def no_real_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
     """fsync is about power cuts, not this logic; skipping the real one keeps the suite fast."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Iterator[Path]:
-    """A folder in memory where the system has one (SQLite syncs its own files)."""
-    if not Path("/dev/shm").is_dir():
-        yield tmp_path
-        return
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as name:
-        yield Path(name)
 
 
 def save_epoch_with_fault(root: Path, fail_at: int | None, error: str) -> Injector:

@@ -16,8 +16,6 @@ import os
 import random
 import signal
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,16 +63,6 @@ def killed(status: int) -> bool:
 
 def finished(status: int) -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Iterator[Path]:
-    """In memory where possible: SQLite's own syncs would dominate on a busy disk."""
-    if not Path("/dev/shm").is_dir():
-        yield tmp_path
-        return
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as name:
-        yield Path(name)
 
 
 def write_events(root: Path, last_epoch: int) -> int:
