@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from pytorch_metric_learning.evaluation import AccuracyCalculator
+
 FIXED_METRICS = {"precision_at_1": 0.5, "r_precision": 0.25}
+_GET_ACCURACY = inspect.signature(AccuracyCalculator.get_accuracy)
+_RECORDED = ("query", "query_labels", "reference", "reference_labels", "ref_includes_query")
 
 
 class SpyCalculator:
@@ -17,25 +22,12 @@ class SpyCalculator:
         self.metrics = dict(FIXED_METRICS if metrics is None else metrics)
         self.calls: list[dict[str, Any]] = []
 
-    def get_accuracy(
-        self,
-        query: torch.Tensor,
-        query_labels: torch.Tensor,
-        reference: torch.Tensor | None = None,
-        reference_labels: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
-        include: tuple[str, ...] = (),
-        exclude: tuple[str, ...] = (),
-    ) -> dict[str, Any]:
-        self.calls.append(
-            {
-                "query": query.clone(),
-                "query_labels": query_labels.clone(),
-                "reference": reference.clone(),
-                "reference_labels": reference_labels.clone(),
-                "ref_includes_query": ref_includes_query,
-            }
-        )
+    def get_accuracy(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Takes AccuracyCalculator.get_accuracy's arguments (bound to its signature)."""
+        given = _GET_ACCURACY.bind(None, *args, **kwargs)
+        given.apply_defaults()
+        call = {name: given.arguments[name] for name in _RECORDED}
+        self.calls.append({k: v.clone() if torch.is_tensor(v) else v for k, v in call.items()})
         return dict(self.metrics)
 
 
