@@ -22,10 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-if sys.version_info >= (3, 10):
-    from importlib.metadata import PackageNotFoundError, distribution
-else:  # pragma: no cover
-    from importlib_metadata import PackageNotFoundError, distribution
+from ..._metadata import PackageNotFoundError, distribution
 
 __all__ = [
     "pip_command",

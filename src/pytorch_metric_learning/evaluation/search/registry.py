@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..._metadata import EntryPoint, entry_points
 from ..._seen import first_time
 from ..._warnings import warn_external
 from ...distances import (
@@ -36,11 +37,6 @@ from ...errors import (
 from ._backend_checks import Origin, bind_options, build_backend, check_call_shape, load_target
 from ._install_hint import plugin_install_hint
 from .protocols import KMeansFunc, KNNFunc
-
-if sys.version_info >= (3, 10):
-    from importlib.metadata import EntryPoint, entry_points
-else:  # pragma: no cover
-    from importlib_metadata import EntryPoint, entry_points
 
 __all__ = [
     "KNN_GROUP",
