@@ -16,12 +16,14 @@ import torch
 from pytorch_metric_learning import errors
 from pytorch_metric_learning.cli._backend_check import _one_process_group
 from pytorch_metric_learning.distances import CosineSimilarity, LpDistance
+from pytorch_metric_learning.errors import BackendOutputError
 from pytorch_metric_learning.evaluation import (
     AccuracyCalculator,
     CustomKNN,
     check_knn_backend,
     load_knn_func,
     register_knn_backend,
+    remove_self_matches,
 )
 from pytorch_metric_learning.evaluation.search import registry
 from pytorch_metric_learning.evaluation.search._checked_search import (
@@ -184,3 +186,36 @@ def test_plugin_exiting_at_import_becomes_backend_import_error(tmp_path, monkeyp
         errors.BackendImportError, match="fake_pml_exits:Backend.*raised SystemExit"
     ):
         load_target("fake_pml_exits:Backend", origin, [])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_a_write_that_keeps_every_row_sum_is_seen(dtype: torch.dtype) -> None:
+    """Values swapped within a row through a NumPy view (no version bump, same row sum)."""
+    from pytorch_metric_learning.evaluation.search._checked_search import input_fingerprint
+
+    x = torch.arange(24, dtype=torch.float32).reshape(6, 4).to(dtype)
+    before = input_fingerprint(x)
+    x[0, [0, 1]] = x[0, [1, 0]].clone()
+    after = input_fingerprint(x)
+    assert not all(
+        torch.equal(old[3], new[3]) for old, new in zip(before, after) if old[3] is not None
+    )
+
+
+def test_a_backend_swapping_values_within_a_row_is_named() -> None:
+    class SwapWrite:
+        distance = LpDistance(normalize_embeddings=False)
+
+        def __call__(self, query, k, reference=None, ref_includes_query=False):
+            reference = query if reference is None else reference
+            view = query.numpy()
+            view[0, [0, 1]] = view[0, [1, 0]]
+            width = k + 1 if ref_includes_query else k
+            d, i = self.distance(query, reference).topk(width, dim=1, largest=False)
+            return remove_self_matches(d, i) if ref_includes_query else (d, i)
+
+    x, labels = data(200, 4)
+    with pytest.raises(BackendOutputError, match="modified its inputs"):
+        AccuracyCalculator(include=("precision_at_1",), knn_func=SwapWrite()).get_accuracy(
+            x, labels
+        )

@@ -4,7 +4,8 @@
 :func:`~pytorch_metric_learning.evaluation.check_knn_backend` call a backend through
 :func:`search_knn`, which:
 
-1. fingerprints the query and reference (version counters and row sums) and raises when
+1. fingerprints the query and reference (version counters, plain and column-weighted row
+   sums) and raises when
    the backend changed them in place;
 2. wraps any exception the backend raises in :class:`BackendRuntimeError` naming the
    backend and its distribution (the original is chained; the library's own errors pass);
@@ -36,11 +37,11 @@ class ApproximateSearchWarning(UserWarning):
 
 
 def input_fingerprint(*tensors: torch.Tensor | None) -> list[Any]:
-    """A cheap fingerprint of tensors: version counter, storage, and row sums.
+    """A cheap fingerprint of tensors: version counter, storage, plain and weighted row sums.
 
-    The version counter sees torch's in-place operations; the row sums (O(size), no
-    copy, in the tensor's dtype) see writes through a shared NumPy view too, and a
-    reordering of the rows. One tensor passed twice (a self-search) is summed once.
+    The version counter sees torch's in-place operations; the row sums (O(size), in the
+    tensor's dtype, in blocks of rows) see writes through a shared NumPy view too, values
+    moved within a row, and a reordering of the rows. One tensor passed twice (a self-search) is summed once.
     """
     prints: list[Any] = []
     seen: list[torch.Tensor] = []
@@ -48,9 +49,26 @@ def input_fingerprint(*tensors: torch.Tensor | None) -> list[Any]:
         if tensor is None or any(tensor is other for other in seen):
             continue
         seen.append(tensor)
-        sums = tensor.detach().sum(dim=1) if tensor.ndim == 2 else None
+        sums = _row_sums(tensor.detach()) if tensor.ndim == 2 else None
         prints.append((tensor._version, tensor.data_ptr(), tuple(tensor.shape), sums))
     return prints
+
+
+def _row_sums(matrix: torch.Tensor) -> torch.Tensor:
+    """Each row's plain sum and its sum with distinct weights per column: the second sees
+    values moved within a row (a swap keeps the plain sum)."""
+    if not matrix.is_floating_point():
+        return matrix.sum(dim=1)
+    steps = torch.arange(matrix.shape[1], dtype=torch.float64) * 0.6180339887498949
+    weights = steps.frac().add(1.0).to(device=matrix.device, dtype=matrix.dtype)
+    weighted = torch.cat(
+        [(block * weights).sum(dim=1) for block in matrix.split(_FINGERPRINT_ROWS)]
+    )
+    return torch.stack([matrix.sum(dim=1), weighted])
+
+
+# Rows weighted at a time: the temporary product stays small (a few MiB) for any input.
+_FINGERPRINT_ROWS = 8192
 
 
 def _same(before: list[Any], after: list[Any]) -> bool:
