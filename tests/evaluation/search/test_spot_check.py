@@ -219,3 +219,21 @@ def test_a_backend_swapping_values_within_a_row_is_named() -> None:
         AccuracyCalculator(include=("precision_at_1",), knn_func=SwapWrite()).get_accuracy(
             x, labels
         )
+
+
+class OneMinusCosine:
+    """hnswlib's cosine space, returned as is, with no distance attribute."""
+
+    is_exact = False
+
+    def __call__(self, query, k, reference=None, ref_includes_query=False):
+        reference = query if reference is None else reference
+        return (1 - CosineSimilarity()(query, reference)).topk(k, dim=1, largest=False)
+
+
+def test_one_minus_cosine_values_are_recognised_and_checked() -> None:
+    x, labels = data(300, 6)
+    calculator = AccuracyCalculator(include=("precision_at_1",), knn_func=OneMinusCosine())
+    calculator.get_accuracy(x[:100], labels[:100], x[100:], labels[100:])
+    assert calculator.last_knn_check is not None
+    assert calculator.last_knn_check.recall == 1.0

@@ -47,17 +47,31 @@ logger = logging.getLogger(__name__)
 PAIR_SAMPLE = 256  # returned (query, neighbour) pairs whose values are recomputed
 QUERY_SAMPLE = 8  # queries scanned exactly against the whole reference
 
+
+class _CosineDistance(BaseDistance):
+    """``1 - cosine similarity`` as a distance (smallest first): hnswlib's and usearch's
+    cosine space, which plugins often return as is."""
+
+    def __init__(self) -> None:
+        super().__init__(normalize_embeddings=True, is_inverted=False)
+
+    def compute_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        return 1 - query @ ref.T
+
+    def compute_pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return 1 - (x * y).sum(dim=1)
+
+
 # Distances a mismatch is compared with, to say which metric the backend used instead.
 _CANDIDATES: dict[str, BaseDistance] = {
     "euclidean": LpDistance(normalize_embeddings=False),
     "squared euclidean": LpDistance(normalize_embeddings=False, power=2),
     "cosine similarity": CosineSimilarity(),
     "dot product": DotProductSimilarity(normalize_embeddings=False),
-    "cosine distance (1 - cosine similarity)": CosineSimilarity(),
+    "cosine distance (1 - cosine similarity)": _CosineDistance(),
     "euclidean of normalized rows": LpDistance(normalize_embeddings=True),
     "squared euclidean of normalized rows": LpDistance(normalize_embeddings=True, power=2),
 }
-_ONE_MINUS = "cosine distance (1 - cosine similarity)"
 
 
 @dataclass(frozen=True)
@@ -317,8 +331,6 @@ def _diagnose_values(
     found = indices[rows, torch.arange(len(rows), device=rows.device) % indices.shape[1]]
     for label, other in _CANDIDATES.items():
         values = _pair_values(other, query, reference, rows, found)
-        if label == _ONE_MINUS:
-            values = 1 - values
         if _close(values, returned, query, reference, rows, found, other):
             return (
                 f"This looks like the wrong metric: the values are the {label} of each pair, "
@@ -377,9 +389,7 @@ def _infer_distance(
     rows, columns = _sample_pairs(indices)
     found = indices[rows, columns]
     returned = distances[rows, columns].double()
-    for label, other in _CANDIDATES.items():
-        if label == _ONE_MINUS:
-            continue
+    for other in _CANDIDATES.values():
         values = _pair_values(other, query, reference, rows, found)
         if _close(values, returned, query, reference, rows, found, other):
             return other
