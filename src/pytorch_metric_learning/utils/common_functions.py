@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from .._logging import legacy_logger, legacy_logger_name, set_logger_name
 from ..distances._records import (
     add_to_recordable_attributes,
     list_of_recordable_attributes_list_names,
     reset_stats,
 )
-from .._logging import legacy_logger, legacy_logger_name, set_logger_name
 from ..testers.label_mapper import LabelMapper
 from . import _label_helpers, _model_files, _tensor_helpers, _training_helpers
 from ._datasets import EmbeddingDataset, get_eval_dataloader

@@ -298,7 +298,11 @@ class HookContainer(HookContainer2xMethods):
                 raise invalid("loss_names", "get_loss_history", expected, name)
         losses = [name for name in names if name not in iteration_keys] if names else recorded
         iterations, values = self.record_keeper.history(group, losses)
-        every = {"iteration": iterations, ITERATION_2X: list(iterations), **values}
+        every: dict[str, list[Any]] = {
+            "iteration": list(iterations),
+            ITERATION_2X: list(iterations),
+            **values,
+        }
         return {name: every[name] for name in names} if names else every
 
     @staticmethod
