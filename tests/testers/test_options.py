@@ -65,7 +65,8 @@ def test_defaults_are_stored(tester_class) -> None:
     assert tester.data_device == expected_device
     assert tester.embeddings_device == expected_device
     assert tester.dtype is None
-    assert tester.data_and_label_getter is None
+    batch = (torch.zeros(1), torch.zeros(1))
+    assert tester.data_and_label_getter(batch) is batch  # 2.x's default: c_f.return_input
     assert tester.label_hierarchy_level == 0
     assert tester.end_of_testing_hook is None
     assert tester.dataset_labels is None

@@ -321,7 +321,7 @@ def test_models_are_put_back_in_training_mode() -> None:
         ({"models": [torch.nn.Linear(1, 1)]}, InvalidTypeError, "'models'"),
         ({"loss_funcs": {"other": pull_loss}}, InvalidArgumentError, "'loss_funcs'"),
         ({"loss_funcs": {"metric_loss": 3}}, InvalidArgumentError, "'loss_funcs'"),
-        ({"mining_funcs": {"subset_batch_miner": len}}, InvalidArgumentError, "'mining_funcs'"),
+        ({"mining_funcs": {"foo_miner": len}}, InvalidArgumentError, "'mining_funcs'"),
         ({"batch_size": 0}, InvalidArgumentError, "'batch_size'"),
         ({"batch_size": 2.0}, InvalidTypeError, "'batch_size'"),
         ({"loss_weights": {"nope": 1.0}}, InvalidArgumentError, "'loss_weights'"),

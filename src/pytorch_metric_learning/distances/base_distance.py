@@ -10,6 +10,7 @@ import torch
 
 from .._validation import check_matrix, check_tensor, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
+from . import _records
 from ._zero_safe import zero_safe_power
 
 __all__ = ["BaseDistance"]
@@ -86,6 +87,8 @@ class BaseDistance(torch.nn.Module):
         self.collect_stats = _collect_stats_flag(collect_stats, owner)
         for name in _STAT_NAMES:
             setattr(self, name, 0.0)
+        self.add_to_recordable_attributes(list_of_names=["p", "power"], is_stat=False)
+        self.add_to_recordable_attributes(list_of_names=list(_STAT_NAMES), is_stat=True)
 
     def __repr__(self) -> str:
         return (
@@ -103,6 +106,7 @@ class BaseDistance(torch.nn.Module):
             >>> LpDistance()(torch.tensor([[3.0, 4.0]]), torch.tensor([[0.0, 1.0]])).shape
             torch.Size([1, 1])
         """
+        self.reset_stats()
         query, ref, out_dtype = self.prepare(query_emb, ref_emb)
         if self.collect_stats:
             self.set_default_stats(query_emb, ref_emb, query, ref)
@@ -136,22 +140,34 @@ class BaseDistance(torch.nn.Module):
         """
         return self.pairwise(query_emb, ref_emb)
 
-    def prepare(
-        self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.dtype]:
-        """Validate, upcast and normalize inputs; return them with the output dtype."""
+    def check_shapes(self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None) -> None:
+        """Refuse inputs this distance cannot compare; every call checks through here.
+
+        The default accepts floating-point 2-D tensors ``(rows, dims)`` with the same
+        number of columns on the same device. As in 2.x, a subclass may override it (for
+        example with ``pass``) to accept other shapes that its ``compute_mat`` handles.
+        """
         owner = type(self).__name__
-        query_emb = check_matrix(query_emb, "query_emb", owner)
+        check_matrix(query_emb, "query_emb", owner)
         if ref_emb is None:
-            query = self.maybe_normalize(_compute_dtype(query_emb, query_emb))
-            return query, query, self.output_dtype(query_emb.dtype)
-        ref_emb = check_matrix(ref_emb, "ref_emb", owner)
+            return
+        check_matrix(ref_emb, "ref_emb", owner)
         if query_emb.shape[1] != ref_emb.shape[1] or query_emb.device != ref_emb.device:
             raise InvalidArgumentError(
                 f"The query_emb and ref_emb of {owner} must have the same number of columns "
                 f"and device. Got {tuple(query_emb.shape)} on {query_emb.device} and "
                 f"{tuple(ref_emb.shape)} on {ref_emb.device} instead."
             )
+
+    def prepare(
+        self, query_emb: torch.Tensor, ref_emb: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.dtype]:
+        """Check (by :meth:`check_shapes`), upcast and normalize inputs; return them with
+        the output dtype."""
+        self.check_shapes(query_emb, ref_emb)
+        if ref_emb is None:
+            query = self.maybe_normalize(_compute_dtype(query_emb, query_emb))
+            return query, query, self.output_dtype(query_emb.dtype)
         common = torch.promote_types(query_emb.dtype, ref_emb.dtype)
         query = self.maybe_normalize(_compute_dtype(query_emb, ref_emb))
         ref = self.maybe_normalize(_compute_dtype(ref_emb, query_emb))
@@ -239,10 +255,27 @@ class BaseDistance(torch.nn.Module):
         for name, tensor in zip(_STAT_NAMES, tensors):
             setattr(self, name, self.get_norm(tensor.float()).mean().item())
 
+    def add_to_recordable_attributes(
+        self,
+        name: str | None = None,
+        list_of_names: list[str] | tuple[str, ...] | None = None,
+        is_stat: bool = False,
+    ) -> None:
+        """Record attribute names as 2.x did: in ``_record_these`` (settings) or, when
+        ``is_stat``, in ``_record_these_stats`` (zeroed by :meth:`reset_stats`); a new
+        attribute starts at 0. As in 2.x, stats are recorded only when ``collect_stats``.
+        """
+        if is_stat and not self.collect_stats:
+            return
+        _records.add_to_recordable_attributes(
+            self, name=name, list_of_names=list_of_names, is_stat=is_stat
+        )
+
     def reset_stats(self) -> None:
-        """Set the collected stats back to 0."""
+        """Set the collected stats (every name in ``_record_these_stats``) back to 0."""
         for name in _STAT_NAMES:
             setattr(self, name, 0.0)
+        _records.reset_stats(self)
 
 
 def _collect_stats_flag(collect_stats: bool | None, owner: str) -> bool:

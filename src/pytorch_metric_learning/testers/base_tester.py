@@ -18,6 +18,7 @@ from .._validation import check_positive_int, float_if_integer, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..evaluation import AccuracyCalculator
 from ..evaluation.distributed import DistributedAccuracyCalculator
+from ..utils._training_helpers import return_input
 from . import _options as opts
 from ._batches import batch_labels, unpack_batch
 from ._distributed import TesterGroup
@@ -121,8 +122,10 @@ class BaseTester:
         self.pca = None if pca is None else check_positive_int(pca, "pca", owner)
         self.data_device = opts.check_device(data_device, "data_device", owner) or _default_device()
         self.dtype = opts.check_dtype(dtype, "dtype", owner)
-        self.data_and_label_getter = opts.check_callable(
-            data_and_label_getter, "data_and_label_getter", owner
+        # None: the batch already is (data, labels); 2.x's default, return_input, as here.
+        self.data_and_label_getter = (
+            opts.check_callable(data_and_label_getter, "data_and_label_getter", owner)
+            or return_input
         )
         self.label_hierarchy_level = opts.check_label_hierarchy_level(label_hierarchy_level, owner)
         self.end_of_testing_hook = opts.check_callable(
@@ -297,6 +300,33 @@ class BaseTester:
         """
         return query_split_name in reference_split_names
 
+    def _batch_getter(self) -> Callable[[Any], Any] | None:
+        getter = self.data_and_label_getter
+        return None if getter is return_input else getter
+
+    def description_suffixes(self, base_name: str) -> str:
+        """``base_name`` with 2.x's description of this tester's settings appended.
+
+        As in 2.x: ``_pcaN``, ``_normalized``, ``_trunk`` when they apply, then the class
+        name, ``_level_<levels>`` and ``_avg_of_avgs`` when the calculator averages per class.
+
+        Example:
+            >>> BaseTester().description_suffixes("val")
+            'val_normalized_BaseTester_level_0'
+        """
+        if self.pca:
+            base_name += f"_pca{self.pca}"
+        if self.normalize_embeddings:
+            base_name += "_normalized"
+        if self.use_trunk_output:
+            base_name += "_trunk"
+        level = self.label_hierarchy_level
+        levels = "_".join(map(str, level)) if isinstance(level, (list, tuple)) else str(level)
+        base_name += f"_{type(self).__name__}_level_{levels}"
+        if getattr(self.accuracy_calculator, "avg_of_avgs", False):
+            base_name += "_avg_of_avgs"
+        return base_name
+
     def accuracies_keyname(
         self, measure: str, label_hierarchy_level: int = 0, average: bool = False
     ) -> str:
@@ -429,7 +459,7 @@ class BaseTester:
 
     def _unpack(self, batch: Any, split_name: str) -> tuple[Any, ...]:
         """``(data, labels)`` of one batch."""
-        return unpack_batch(batch, self.data_and_label_getter, "(data, label)", split_name)
+        return unpack_batch(batch, self._batch_getter(), "(data, label)", split_name)
 
     def _forward(
         self, data: Any, trunk: Model, embedder: Model, split_name: str, batch_len: int

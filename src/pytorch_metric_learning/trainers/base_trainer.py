@@ -46,6 +46,21 @@ def _check_keys(
         )
 
 
+def _check_prefixed_keys(
+    mapping: Mapping[str, Any], param: str, owner: str, allowed: tuple[str, ...]
+) -> None:
+    """2.x's rule: each key must start with an allowed name (2.x matched them as regexes)."""
+    unknown = [key for key in mapping if not str(key).startswith(allowed)]
+    if unknown:
+        raise invalid(
+            param,
+            owner,
+            f"a dict whose keys start with one of {list(allowed)}",
+            unknown,
+            InvalidKeysError,
+        )
+
+
 def _first_parameter_device(model: Any) -> torch.device:
     parameters = getattr(model, "parameters", None)
     first = next(iter(parameters()), None) if callable(parameters) else None
@@ -108,7 +123,11 @@ class BaseTrainer:
     """
 
     required_loss_funcs: tuple[str, ...] = ()
-    allowed_mining_funcs: tuple[str, ...] = ()
+    # 2.x's key schema: the names of models and losses, from which the optimizer
+    # ("<name>_optimizer") and gradient-clipper ("<name>_grad_clipper") keys are made.
+    allowed_models: tuple[str, ...] = ("trunk", "embedder")
+    allowed_loss_funcs: tuple[str, ...] = ("metric_loss",)
+    allowed_mining_funcs: tuple[str, ...] = ("subset_batch_miner", "tuple_miner")
 
     def __init__(
         self,
@@ -140,7 +159,9 @@ class BaseTrainer:
         owner = type(self).__name__
         mining_funcs, dataset = miners_and_dataset(miners_or_dataset, mining_funcs, dataset, owner)
         self.models = self._check_models(models, owner)
+        _check_prefixed_keys(self.models, "models", owner, self.allowed_models)
         self.optimizers = _check_mapping(optimizers, "optimizers", owner)
+        _check_prefixed_keys(self.optimizers, "optimizers", owner, self._suffixed("_optimizer"))
         self.batch_size = check_positive_int(batch_size, "batch_size", owner)
         self.loss_funcs = self._check_loss_funcs(loss_funcs, owner)
         self.mining_funcs = _check_mapping(mining_funcs, "mining_funcs", owner)
@@ -161,6 +182,9 @@ class BaseTrainer:
         self.loss_weights = self._check_loss_weights(loss_weights, owner)
         self.lr_schedulers = self._check_schedulers(lr_schedulers, owner)
         self.gradient_clippers = _check_mapping(gradient_clippers, "gradient_clippers", owner)
+        _check_prefixed_keys(
+            self.gradient_clippers, "gradient_clippers", owner, self._suffixed("_grad_clipper")
+        )
         self.label_hierarchy_level = self._check_level(label_hierarchy_level, owner)
         self.data_and_label_getter = data_and_label_getter or _default_data_and_label_getter
         self._check_freeze_options(freeze_these, freeze_trunk_batchnorm, owner)
@@ -175,6 +199,9 @@ class BaseTrainer:
         self._batches: Iterator[Any] | None = None
 
     # ------------------------------------------------------------------ checks
+    def _suffixed(self, suffix: str) -> tuple[str, ...]:
+        return tuple(name + suffix for name in self.allowed_models + self.allowed_loss_funcs)
+
     @staticmethod
     def _check_models(models: Any, owner: str) -> dict[str, Any]:
         models = _check_mapping(models, "models", owner)
@@ -197,13 +224,16 @@ class BaseTrainer:
 
     def _check_loss_weights(self, loss_weights: Any, owner: str) -> dict[str, float]:
         weights = _check_mapping(loss_weights, "loss_weights", owner)
-        _check_keys(weights, "loss_weights", owner, tuple(self.loss_funcs))
+        _check_keys(weights, "loss_weights", owner, (*self.loss_funcs, "total_loss"))
         for name, weight in weights.items():
             if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
                 raise invalid(
                     "loss_weights", owner, "a dict of numbers", {name: weight}, InvalidTypeError
                 )
-        return {name: float(weights.get(name, 1.0)) for name in self.loss_funcs}
+        resolved = {name: float(weights.get(name, 1.0)) for name in self.loss_funcs}
+        if loss_weights is None:
+            resolved["total_loss"] = 1.0  # as 2.x's default weights (not used in the sum)
+        return resolved
 
     @staticmethod
     def _check_schedulers(lr_schedulers: Any, owner: str) -> dict[str, Any]:
@@ -295,7 +325,7 @@ class BaseTrainer:
         losses = self.calculate_loss((data, labels))
         total: Any = 0.0
         for name, loss in losses.items():
-            total = total + self.loss_weights[name] * loss
+            total = total + self.loss_weights.get(name, 1.0) * loss
         if isinstance(total, torch.Tensor) and total.requires_grad:
             total.backward()
             for clip in self.gradient_clippers.values():
@@ -397,4 +427,23 @@ class BaseTrainer:
             labels = labels[:, self.label_hierarchy_level]
         if self.set_min_label_to_zero:
             labels = self.label_mapper(labels, self.label_hierarchy_level)
-        return _to_device(data, device, self.dtype), _to_device(labels, device, None)
+        data, labels = _to_device(data, device, self.dtype), _to_device(labels, device, None)
+        return self.maybe_do_batch_mining(data, labels)
+
+    def maybe_do_batch_mining(self, data: Any, labels: Any) -> tuple[Any, Any]:
+        """Keep the rows the ``subset_batch_miner`` picks, as 2.x did.
+
+        The miner gets the batch's embeddings (computed without gradients, with the
+        models in eval mode) and its labels, and returns the indices of the rows to keep.
+        Without that miner the batch is returned as it is.
+        """
+        miner = self.mining_funcs.get("subset_batch_miner")
+        if miner is None:
+            return data, labels
+        for model in self.models.values():
+            if hasattr(model, "eval"):
+                model.eval()
+        with torch.no_grad():
+            indices = miner(self.compute_embeddings(data), labels)
+        self.set_to_train()
+        return data[indices], labels[indices]

@@ -37,7 +37,6 @@ class MetricLossOnly(BaseTrainer):
     """
 
     required_loss_funcs: tuple[str, ...] = ("metric_loss",)
-    allowed_mining_funcs = ("tuple_miner",)
 
     def calculate_loss(self, curr_batch: tuple[Any, Any]) -> dict[str, Any]:
         """The metric loss of one batch."""

@@ -35,7 +35,7 @@ class TrainWithClassifier(MetricLossOnly):
         >>> parameters = list(trunk.parameters()) + list(classifier.parameters())
         >>> trainer = TrainWithClassifier(
         ...     models={"trunk": trunk, "classifier": classifier},
-        ...     optimizers={"optimizer": torch.optim.SGD(parameters, lr=0.1)},
+        ...     optimizers={"trunk_optimizer": torch.optim.SGD(parameters, lr=0.1)},
         ...     batch_size=4,
         ...     loss_funcs={"classifier_loss": torch.nn.CrossEntropyLoss()},
         ...     dataset=TensorDataset(torch.randn(8, 4), torch.arange(8) % 2),
@@ -43,10 +43,12 @@ class TrainWithClassifier(MetricLossOnly):
         ... )
         >>> trainer.train(num_epochs=1)
         >>> sorted(trainer.losses)
-        ['classifier_loss', 'total_loss']
+        ['classifier_loss', 'metric_loss', 'total_loss']
     """
 
     required_loss_funcs: tuple[str, ...] = ()  # either loss, checked below
+    allowed_models = ("trunk", "embedder", "classifier")
+    allowed_loss_funcs = ("metric_loss", "classifier_loss")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -85,11 +87,15 @@ class TrainWithClassifier(MetricLossOnly):
             losses["metric_loss"] = self.loss_funcs["metric_loss"](
                 embeddings, labels, indices_tuple
             )
+        else:
+            losses["metric_loss"] = 0.0  # as 2.x: the key stays, at 0
         if self._trains_classifier() and self._weighted("classifier_loss"):
             logits = self.models["classifier"](embeddings)
             losses["classifier_loss"] = self.loss_funcs["classifier_loss"](
                 logits, torch.as_tensor(labels, device=logits.device)
             )
+        else:
+            losses["classifier_loss"] = 0.0  # as 2.x: the key stays, at 0
         return losses
 
     def _weighted(self, name: str) -> bool:

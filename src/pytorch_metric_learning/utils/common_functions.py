@@ -15,8 +15,14 @@ import logging
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from .._logging import legacy_logger, legacy_logger_name, set_logger_name
+from ..distances._records import (
+    add_to_recordable_attributes,
+    list_of_recordable_attributes_list_names,
+    reset_stats,
+)
 from ..testers.label_mapper import LabelMapper
 from . import _label_helpers, _model_files, _tensor_helpers, _training_helpers
 from ._datasets import EmbeddingDataset, get_eval_dataloader
@@ -37,6 +43,10 @@ __all__ = [
     "COLLECT_STATS",
     "NUMPY_RANDOM",
     "safe_random_choice",
+    "add_to_recordable_attributes",
+    "reset_stats",
+    "list_of_recordable_attributes_list_names",
+    "tqdm",
     *_label_helpers.__all__,
     *_model_files.__all__,
     *_tensor_helpers.__all__,

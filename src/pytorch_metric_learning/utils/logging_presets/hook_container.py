@@ -276,23 +276,34 @@ class HookContainer(HookContainer2xMethods):
         history: dict[str, list[Any]] = {"epoch": list(epochs), **values}
         if return_all_metrics:
             history.update(running_best(self.primary_metric, history))
+            history[ITERATION_2X] = list(epochs)  # 2.x recorded accuracies at iteration=epoch
         return history
 
     def get_loss_history(self, loss_names: Sequence[str] = ()) -> dict[str, list[Any]]:
-        """Recorded losses, ``{"iteration": [...], <loss name>: [...]}``; ``{}`` if none.
+        """Recorded losses by name; ``{}`` if none.
 
-        ``"~iteration~"``, 2.x's name for the iteration column, holds the same list.
+        As in 2.x: with ``loss_names``, exactly those columns (``"~iteration~"`` or
+        ``"iteration"`` may be among them); without, every column: each loss,
+        ``"iteration"`` and ``"~iteration~"`` (2.x's name for it, the same list).
         """
         group = self.record_group_name("loss_histories")
         recorded = self.record_keeper.names(group)
         if not recorded:
             return {}
-        names = [loss_names] if isinstance(loss_names, str) else list(loss_names or recorded)
+        iteration_keys = ("iteration", ITERATION_2X)
+        names = [loss_names] if isinstance(loss_names, str) else list(loss_names)
         for name in names:
-            if name not in recorded:
-                raise invalid("loss_names", "get_loss_history", f"names among {recorded}", name)
-        iterations, values = self.record_keeper.history(group, names)
-        return {"iteration": iterations, ITERATION_2X: list(iterations), **values}
+            if name not in recorded and name not in iteration_keys:
+                expected = f"names among {[*recorded, *iteration_keys]}"
+                raise invalid("loss_names", "get_loss_history", expected, name)
+        losses = [name for name in names if name not in iteration_keys] if names else recorded
+        iterations, values = self.record_keeper.history(group, losses)
+        every: dict[str, list[Any]] = {
+            "iteration": list(iterations),
+            ITERATION_2X: list(iterations),
+            **values,
+        }
+        return {name: every[name] for name in names} if names else every
 
     @staticmethod
     def patience_remaining(epoch: int, best_epoch: int | None, patience: int | None) -> bool:
