@@ -20,6 +20,7 @@ device in place, as the shell's ``>`` does; every other writer refuses them with
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import threading
 import time
@@ -39,7 +40,7 @@ from pytorch_metric_learning.utils import _model_files
 from pytorch_metric_learning.utils._record_csv import rewrite_file
 from pytorch_metric_learning.utils.checkpoints import save_state_dict
 from pytorch_metric_learning.utils.inference_model import InferenceModel
-from pytorch_metric_learning.utils.record_keeping import RecordKeeper
+from pytorch_metric_learning.utils.record_keeping import Record, RecordKeeper, SQLiteManager
 
 OLD = b"old content, 31 bytes long....\n"
 KINDS = [
@@ -261,6 +262,47 @@ def test_every_writer_on_every_kind_of_path(tmp_path: Path, writer: Writer, kind
         umask = os.umask(0)
         os.umask(umask)
         assert mode == 0o666 & ~umask  # a new file: as open() would create it
+
+
+def _records_db(target: Path) -> None:
+    manager = SQLiteManager(target)
+    manager.write([Record("g", "acc", 1, 0.5, 0.0)], {"g": "epoch"})
+    manager.close()
+
+
+NOT_REGULAR = [kind for kind in KINDS if kind not in ("missing", "regular", "regular_0600", "read_only")]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_the_records_database_writer_on_every_kind_of_path(
+    tmp_path: Path, kind: str, suffix: str
+) -> None:
+    """The SQLite writer: ``records.db`` and each of its side files that is not a regular
+    file (a link anywhere, a FIFO, a device, a folder) is refused before SQLite opens
+    anything; nothing under the root changes (no table added to a linked database, no
+    ``-journal`` created beside a link's target)."""
+    root = tmp_path / "root"
+    folder = root / "folder"
+    folder.mkdir(parents=True)
+    target = folder / "records.db"
+    side = folder / f"records.db{suffix}"
+    outside = root / "outside.db"
+    make_kind(side, kind, outside)
+    if kind == "link_outside":  # a real database outside: it must not get our tables
+        outside.unlink()
+        sqlite3.connect(outside).execute("CREATE TABLE app (x)").connection.commit()
+    before = snapshot(root)
+    with pytest.raises(FileWriteError) as caught:
+        _records_db(target)
+    assert str(side) in str(caught.value)
+    assert snapshot(root) == before
+
+
+def test_the_records_database_writer_on_a_missing_path(tmp_path: Path) -> None:
+    _records_db(tmp_path / "records.db")
+    rows = sqlite3.connect(tmp_path / "records.db").execute("SELECT step, value FROM records")
+    assert rows.fetchall() == [(1, 0.5)]
 
 
 @settings(max_examples=30, deadline=None)

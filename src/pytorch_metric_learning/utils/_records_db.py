@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 from pathlib import Path
 
 from .._atomic import write_error
@@ -26,6 +27,7 @@ __all__ = [
     "file_identity",
     "check_same_file",
     "schema_error",
+    "refuse_unsafe_database_files",
 ]
 
 SCHEMA = """
@@ -79,6 +81,7 @@ UPSERT = (
 def open_database(path: Path) -> sqlite3.Connection:
     """A connection in WAL mode: a commit is atomic and survives a crash of the process
     without an fsync per commit (a power cut may lose the last commits, never the file)."""
+    refuse_unsafe_database_files(path)
     try:
         conn = sqlite3.connect(path, timeout=30)
     except sqlite3.Error as error:  # a folder of that name, a dangling link, ...
@@ -100,6 +103,53 @@ def open_database(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def refuse_unsafe_database_files(path: Path) -> None:
+    """Raise FileWriteError unless ``path`` and its side files (``-wal``, ``-shm``,
+    ``-journal``) are each a regular file or missing, seen without following links.
+
+    SQLite opens all of them through links and creates the side files beside a link's
+    target: a ``records.db`` linking to another database would get our tables, one
+    linking to ``/dev/null`` would make SQLite create ``/dev/null-journal``.
+    """
+    for suffix in _SIDE_FILES:
+        side = path.with_name(path.name + suffix)
+        try:
+            mode = os.lstat(side).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise write_error(side, error, "records database") from error
+        if stat.S_ISREG(mode):
+            continue
+        found = _kind_of_mode(mode)
+        error = FileWriteError(
+            f"Refusing to open the records database {str(path)!r}: {str(side)!r} is {found}, "
+            "not a regular file; it was left as it is. Move it aside (or pass another folder)."
+        )
+        error.errno = errno.EEXIST
+        raise error
+
+
+def _kind_of_mode(mode: int) -> str:
+    """A reader's name for what ``mode`` (from lstat) is."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _check_schema(path: Path, conn: sqlite3.Connection) -> None:
@@ -150,6 +200,7 @@ def check_same_file(path: Path, identity: tuple[int, int] | None) -> None:
     """Raise FileWriteError when ``path`` is no longer the file the connection opened
     (deleted, moved or replaced while in use): writes would go to an unlinked file and be
     lost when the process ends."""
+    refuse_unsafe_database_files(path)
     now = file_identity(path)
     if identity is not None and now == identity:
         return
