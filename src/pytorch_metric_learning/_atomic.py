@@ -51,6 +51,7 @@ __all__ = [
     "fsync_folder",
     "make_folder",
     "path_kind",
+    "refuse_linked_folders",
     "remove_leftovers",
     "write_atomically",
     "write_error",
@@ -246,6 +247,34 @@ def append_bytes(path: Path, data: bytes, what: str = "file") -> None:
         raise write_error(path, error, what) from error
     finally:
         os.close(fd)
+
+
+def refuse_linked_folders(root: Path, path: Path, what: str = "file") -> None:
+    """Raise FileWriteError when a folder between ``root`` and ``path`` (``root`` itself
+    excluded, ``path`` itself excluded) is a symbolic link or not a folder.
+
+    ``O_NOFOLLOW`` guards only the last component: a group folder ``<root>/g`` linked to
+    ``/tmp/outside`` would let an append or a rebuild land outside ``root``. Missing
+    folders are fine (they are created as real folders).
+    """
+    relative = Path(os.path.relpath(path.parent, root))
+    if relative.parts[:1] == ("..",):
+        raise _refused(path, what, f"it is not inside {str(root)!r}")
+    current = root
+    for part in relative.parts:
+        if part == ".":
+            continue
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise write_error(path, error, what) from error
+        if stat.S_ISLNK(mode):
+            raise _refused(path, what, f"its folder {str(current)!r} is a symbolic link")
+        if not stat.S_ISDIR(mode):
+            raise _refused(path, what, f"{str(current)!r} is not a folder")
 
 
 def fsync_folder(folder: Path) -> None:

@@ -452,3 +452,75 @@ def test_csv_file_names_never_collide(tmp_path: Path) -> None:
         assert path.read_text(encoding="utf-8").splitlines()[1:] == [f"1,{float(i)!r}"]
     keeper.close()
     assert [RecordKeeper(tmp_path).csv_path("g", name) for name in names] == paths
+
+
+# ------------------------------------------- folders below the run's folder, hard links
+FOLDER_KINDS = ["link_inside", "link_outside", "dangling_link"]
+
+
+def _link_folder(at: Path, kind: str, outside: Path) -> None:
+    """Make ``at`` a symbolic link to a folder inside the root, outside it, or nowhere."""
+    inside = at.parent / "real_inside"
+    inside.mkdir(exist_ok=True)
+    outside.mkdir(exist_ok=True)
+    (outside / "keep.txt").write_bytes(b"outside\n")
+    at.symlink_to({"link_inside": inside, "link_outside": outside}.get(kind, at.parent / "no"))
+
+
+def _csv_append_through_group(tmp_path: Path, kind: str) -> tuple[Path, Path, Callable[[], None]]:
+    keeper, csv = _keeper_with_rows(tmp_path / "root" / "logs")
+    group = csv.parent
+    for child in group.iterdir():
+        child.unlink()
+    group.rmdir()
+    _link_folder(group, kind, tmp_path / "root" / "outside")
+
+    def write() -> None:
+        try:
+            keeper.update_records({"acc": 0.75}, 2, "g", step_name="epoch")
+            keeper.save_records()
+        finally:
+            keeper.close()
+
+    return tmp_path / "root", group, write
+
+
+def _set_aside_through_superseded(tmp_path: Path, kind: str) -> tuple[Path, Path, Callable[[], None]]:
+    from pytorch_metric_learning.utils.checkpoints import checkpoint_files, set_aside
+
+    folder = tmp_path / "root" / "models"
+    folder.mkdir(parents=True)
+    save_state_dict({"w": torch.zeros(1)}, folder / "trunk_1.pth")
+    _link_folder(folder / "superseded", kind, tmp_path / "root" / "outside")
+    return tmp_path / "root", folder / "superseded", lambda: set_aside(checkpoint_files(folder), folder)
+
+
+@pytest.mark.parametrize("kind", FOLDER_KINDS)
+@pytest.mark.parametrize("setup", [_csv_append_through_group, _set_aside_through_superseded])
+def test_no_writer_goes_through_a_linked_folder(tmp_path: Path, setup, kind: str) -> None:
+    """A folder below the run's folder that is a symbolic link (a CSV group folder, the
+    ``superseded`` folder of a model folder) is refused: nothing under the root changes."""
+    root, linked, write = setup(tmp_path, kind)
+    before = _without_own_files(snapshot(root))
+    with pytest.raises(FileWriteError, match="symbolic link") as caught:
+        write()
+    assert str(linked) in str(caught.value)
+    assert _without_own_files(snapshot(root)) == before
+
+
+def _without_own_files(found: dict[str, tuple]) -> dict[str, tuple]:
+    """The snapshot less the run's own database and lock files (they record the rows)."""
+    return {p: v for p, v in found.items() if not Path(p).name.startswith(("records.db", "."))}
+
+
+def test_a_hard_linked_csv_is_rebuilt_not_appended_to(tmp_path: Path) -> None:
+    keeper, csv = _keeper_with_rows(tmp_path / "logs")
+    outside = tmp_path / "outside.csv"
+    os.link(csv, outside)
+    before = outside.read_bytes()
+    keeper.update_records({"acc": 0.75}, 2, "g", step_name="epoch")
+    keeper.save_records()
+    keeper.close()
+    assert outside.read_bytes() == before  # the other name keeps its bytes
+    assert os.stat(csv).st_nlink == 1
+    assert _csv_of(csv) == "epoch,acc\n1,0.5\n2,0.75\n"

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 import torch
 
-from .._atomic import fsync_folder, remove_leftovers, write_atomically
+from .._atomic import fsync_folder, refuse_linked_folders, remove_leftovers, write_atomically
 from .._validation import invalid
 from ..errors import CorruptFileError, FileWriteError, InvalidTypeError
 
@@ -452,6 +452,7 @@ def set_aside(paths: Iterable[Path], folder: PathLike) -> Path | None:
         if not target.exists():
             break
         target = Path(folder) / "superseded" / f"{stamp}-{attempt}"
+    refuse_linked_folders(Path(folder), target / "x", "superseded checkpoint folder")
     try:
         target.mkdir(parents=True)
         for path in paths:

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple, Union
 
 import torch
 
-from .._atomic import make_folder
+from .._atomic import make_folder, refuse_linked_folders
 from .._folder_lock import FolderLock, lock_folder
 from .._validation import invalid
 from ..errors import (
@@ -617,6 +617,7 @@ class RecordKeeper:
         file from SQLite."""
         group, name = pair
         path, header = self.csv_path(group, name), [self.sqlite_manager.step_name(group), name]
+        refuse_linked_folders(self.csv_folder, path, "CSV file")
         if new_rows:
             rows = sorted(dict(new_rows).items())
             before = self.sqlite_manager.last_step_before(group, name, rows[0][0])
