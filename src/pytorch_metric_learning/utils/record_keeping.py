@@ -561,15 +561,20 @@ class RecordKeeper:
         return moved > 0
 
     def set_aside_tensorboard(self) -> Path | None:
-        """Move the TensorBoard event files of earlier runs aside, to
-        ``<log dir>/superseded/<UTC time>/``, and write the records SQLite keeps into the
+        """Move every TensorBoard event file (of earlier runs and, closed first, the
+        writer's own) aside, to ``<log dir>/superseded/<UTC time>/``, open a new event
+        file, and write the records SQLite keeps into the
         current event file: TensorBoard then shows each step once, with the kept value.
         Returns the folder the files went to (None without a writer or old files)."""
-        log_dir, own = _event_files_of(self.tensorboard_writer)
+        log_dir, _own = _event_files_of(self.tensorboard_writer)
         if log_dir is None:
             return None
-        old = [p for p in sorted(log_dir.glob("events.out.tfevents.*")) if p.name != own]
+        # This writer's own file holds the set-aside steps too (start_fresh in the same
+        # process): close it, move it aside with the others, and open a new one.
+        self.tensorboard_writer.close()
+        old = sorted(log_dir.glob("events.out.tfevents.*"))
         moved_to = set_aside(old, log_dir) if old else None
+        self.tensorboard_writer._get_file_writer()  # a new event file
         db = self.sqlite_manager
         for group in db.groups():
             for name in db.names(group):

@@ -221,3 +221,24 @@ def test_tensorboard_events_of_set_aside_epochs_are_moved_aside(tmp_path: Path) 
     accumulator.Reload()
     steps = [e.step for e in accumulator.Scalars(f"accuracies_val/{PRIMARY_KEY}")]
     assert sorted(steps) == [1, 2, 3, 4, 5]  # one value per epoch, the kept ones
+
+
+def test_start_fresh_in_the_same_process_leaves_one_value_per_step(tmp_path: Path) -> None:
+    """The documented "Starting fresh" flow in one process: train 2 epochs with
+    TensorBoard, ``start_fresh=True``, train 2 more. The live event file is closed and
+    moved aside: TensorBoard shows each step once."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = Run(tmp_path, tensorboard=True)
+    run.train(2)
+    start = run.hooks.load_latest_saved_models(run.state, run.model_folder, start_fresh=True)
+    for epoch in range(start, start + 2):
+        run.epoch(epoch)
+    run.close()
+    events = list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    accumulator = EventAccumulator(str(events[0]))
+    accumulator.Reload()
+    steps = [e.step for e in accumulator.Scalars(f"accuracies_val/{PRIMARY_KEY}")]
+    assert sorted(steps) == list(range(start, start + 2))  # each step once
