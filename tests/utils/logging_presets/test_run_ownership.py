@@ -141,6 +141,9 @@ def test_pretrained_weights_named_like_checkpoints_are_never_moved(tmp_path: Pat
     models = tmp_path / "models"
     models.mkdir()
     pretrained = {"resnet_50.pth": b"resnet weights", "vit_base_16.pth": b"vit weights"}
+    # the run's own object names, but the epoch is not a canonical decimal: a user's files
+    for name in ("trunk_01.pth", "trunk_best01.pth", "trunk_+1.pth", "trunk_\u0663.pth"):
+        pretrained[name] = name.encode()
     for name, data in pretrained.items():
         (models / name).write_bytes(data)
     run = Run(tmp_path)
