@@ -9,6 +9,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytorch_metric_learning.errors import (
@@ -205,6 +206,7 @@ UNSTORABLE = [
     pytest.param({"acc": 0.5}, 2**64 - 1, "g", id="step-2**64-1"),
     pytest.param({"acc": 0.5}, -(2**63) - 1, "g", id="step-below-int64"),
     pytest.param({"acc": 10**400}, 1, "g", id="value-10**400"),
+    pytest.param({"acc": np.longdouble("1e4000")}, 1, "g", id="longdouble-1e4000-becomes-inf"),
 ]
 
 

@@ -357,12 +357,15 @@ def _to_value(name: Any, value: Any) -> float:
         expected = "a mapping of names to real numbers"
         raise invalid("records", _OWNER, expected, {name: value}, InvalidTypeError)
     try:
-        return float(value)
+        result = float(value)
+        if math.isinf(result) and value != result:  # np.longdouble("1e4000") -> inf
+            raise OverflowError("the value became infinite when converted to a float")
     except OverflowError as error:
         raise InvalidArgumentError(
             f"{_OWNER} cannot store the record {str(name)!r}: its value does not fit a "
             "float (SQLite stores 64-bit floats). Nothing was queued."
         ) from error
+    return result
 
 
 class RecordKeeper:
