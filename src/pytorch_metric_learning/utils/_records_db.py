@@ -28,6 +28,7 @@ __all__ = [
     "check_same_file",
     "schema_error",
     "refuse_unsafe_database_files",
+    "check_tables",
 ]
 
 SCHEMA = """
@@ -90,8 +91,9 @@ def open_database(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        if tables & set(COLUMNS) and "records" not in tables:
-            raise schema_error(path, "records", "is missing (dropped)")
+        if tables & set(COLUMNS):  # an existing database: every table must be there
+            _check_schema(path, conn, tables)
+            check_tables(path, conn)
         for statement in (SCHEMA, *MORE_TABLES):
             conn.execute(statement)
         conn.commit()
@@ -152,9 +154,23 @@ def _kind_of_mode(mode: int) -> str:
     return "not a regular file"
 
 
-def _check_schema(path: Path, conn: sqlite3.Connection) -> None:
-    """Raise CorruptFileError naming the first table whose columns are not the expected."""
+def check_tables(path: Path, conn: sqlite3.Connection) -> None:
+    """Raise CorruptFileError naming the first table of ours that is missing (dropped by
+    something else): recreating it empty would silently lose what it held."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    for table in COLUMNS:
+        if table not in tables:
+            raise schema_error(path, table, "is missing (dropped)")
+
+
+def _check_schema(
+    path: Path, conn: sqlite3.Connection, present: set[str] | None = None
+) -> None:
+    """Raise CorruptFileError naming the first table (of ``present``, default all) whose
+    columns are not the expected."""
     for table, expected in COLUMNS.items():
+        if present is not None and table not in present:
+            continue
         got = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
         if got != expected:
             raise schema_error(path, table, f"its columns are {list(got)}, not {list(expected)}")

@@ -56,6 +56,7 @@ from ._records_db import (
     SET_ASIDE,
     UPSERT,
     check_same_file,
+    check_tables,
     damaged_schema,
     file_identity,
     is_file_failure,
@@ -145,6 +146,7 @@ class SQLiteManager:
         check_same_file(self.path, self._identity)
         conn = self._conn
         try:
+            check_tables(self.path, conn)
             yield conn
             self._commit(conn)
         except BaseException as error:
