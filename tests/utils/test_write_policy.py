@@ -524,3 +524,30 @@ def test_a_hard_linked_csv_is_rebuilt_not_appended_to(tmp_path: Path) -> None:
     assert outside.read_bytes() == before  # the other name keeps its bytes
     assert os.stat(csv).st_nlink == 1
     assert _csv_of(csv) == "epoch,acc\n1,0.5\n2,0.75\n"
+
+
+# ------------------------------------------------------- messages of in-place writes
+def test_a_device_without_a_driver_is_named_as_what_it_is(tmp_path: Path) -> None:
+    node = tmp_path / "blockdev"
+    try:  # a block device whose major number no driver claims: opening it gives ENXIO
+        os.mknod(node, 0o600 | stat.S_IFBLK, os.makedev(4095, 4095))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    with pytest.raises(FileWriteError) as caught:
+        _atomic.atomic_write(node, lambda handle: handle.write(b"x"), in_place=True)
+    assert "block device" in str(caught.value) and "FIFO" not in str(caught.value)
+    assert stat.S_ISBLK(os.lstat(node).st_mode)
+
+
+def test_a_broken_stream_does_not_claim_a_previous_version_is_intact() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader went away: the write gets EPIPE
+    try:
+        with pytest.raises(FileWriteError) as caught:
+            _atomic.atomic_write(
+                Path(f"/proc/self/fd/{write_end}"), lambda h: h.write(b"x" * 70000), in_place=True
+            )
+    finally:
+        os.close(write_end)
+    message = str(caught.value)
+    assert "intact" not in message and "FIFO" in message and "part of it" in message

@@ -12,7 +12,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from .._atomic import write_error
+from .._atomic import kind_of_mode, write_error
 from ..errors import CorruptFileError, FileWriteError
 
 __all__ = [
@@ -128,30 +128,13 @@ def refuse_unsafe_database_files(path: Path) -> None:
             raise write_error(side, error, "records database") from error
         if stat.S_ISREG(mode):
             continue
-        found = _kind_of_mode(mode)
+        found = kind_of_mode(mode)
         error = FileWriteError(
             f"Refusing to open the records database {str(path)!r}: {str(side)!r} is {found}, "
             "not a regular file; it was left as it is. Move it aside (or pass another folder)."
         )
         error.errno = errno.EEXIST
         raise error
-
-
-def _kind_of_mode(mode: int) -> str:
-    """A reader's name for what ``mode`` (from lstat) is."""
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def check_tables(path: Path, conn: sqlite3.Connection) -> None:
