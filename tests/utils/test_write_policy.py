@@ -270,7 +270,9 @@ def _records_db(target: Path) -> None:
     manager.close()
 
 
-NOT_REGULAR = [kind for kind in KINDS if kind not in ("missing", "regular", "regular_0600", "read_only")]
+NOT_REGULAR = [
+    kind for kind in KINDS if kind not in ("missing", "regular", "regular_0600", "read_only")
+]
 
 
 @pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "-journal"])
@@ -485,14 +487,20 @@ def _csv_append_through_group(tmp_path: Path, kind: str) -> tuple[Path, Path, Ca
     return tmp_path / "root", group, write
 
 
-def _set_aside_through_superseded(tmp_path: Path, kind: str) -> tuple[Path, Path, Callable[[], None]]:
+def _set_aside_through_superseded(
+    tmp_path: Path, kind: str
+) -> tuple[Path, Path, Callable[[], None]]:
     from pytorch_metric_learning.utils.checkpoints import checkpoint_files, set_aside
 
     folder = tmp_path / "root" / "models"
     folder.mkdir(parents=True)
     save_state_dict({"w": torch.zeros(1)}, folder / "trunk_1.pth")
     _link_folder(folder / "superseded", kind, tmp_path / "root" / "outside")
-    return tmp_path / "root", folder / "superseded", lambda: set_aside(checkpoint_files(folder), folder)
+    return (
+        tmp_path / "root",
+        folder / "superseded",
+        lambda: set_aside(checkpoint_files(folder), folder),
+    )
 
 
 @pytest.mark.parametrize("kind", FOLDER_KINDS)

@@ -129,12 +129,12 @@ def refuse_unsafe_database_files(path: Path) -> None:
         if stat.S_ISREG(mode):
             continue
         found = kind_of_mode(mode)
-        error = FileWriteError(
+        refused = FileWriteError(
             f"Refusing to open the records database {str(path)!r}: {str(side)!r} is {found}, "
             "not a regular file; it was left as it is. Move it aside (or pass another folder)."
         )
-        error.errno = errno.EEXIST
-        raise error
+        refused.errno = errno.EEXIST
+        raise refused
 
 
 def check_tables(path: Path, conn: sqlite3.Connection) -> None:
@@ -146,9 +146,7 @@ def check_tables(path: Path, conn: sqlite3.Connection) -> None:
             raise schema_error(path, table, "is missing (dropped)")
 
 
-def _check_schema(
-    path: Path, conn: sqlite3.Connection, present: set[str] | None = None
-) -> None:
+def _check_schema(path: Path, conn: sqlite3.Connection, present: set[str] | None = None) -> None:
     """Raise CorruptFileError naming the first table (of ``present``, default all) whose
     columns are not the expected."""
     for table, expected in COLUMNS.items():

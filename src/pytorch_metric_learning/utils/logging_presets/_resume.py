@@ -140,7 +140,9 @@ def files_after(folder: PathLike, names: Sequence[str], epoch: int) -> list[Path
     """The checkpoint files of ``names`` (latest and best) of epochs after ``epoch``."""
     if not names:
         return []
-    pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")_(?:best)?" + EPOCH_DIGITS + r"\.pth")
+    pattern = re.compile(
+        "(?:" + "|".join(re.escape(n) for n in names) + r")_(?:best)?" + EPOCH_DIGITS + r"\.pth"
+    )
     found = (pattern.fullmatch(p.name) for p in checkpoint_files(folder))
     return [Path(folder) / m.group(0) for m in found if m and int(m.group(1)) > epoch]
 
