@@ -49,8 +49,11 @@ __all__ = [
     "atomic_write_text",
     "atomic_save_to_path",
     "fsync_folder",
+    "kind_of",
+    "kind_of_mode",
     "make_folder",
     "path_kind",
+    "refuse_linked_folders",
     "remove_leftovers",
     "write_atomically",
     "write_error",
@@ -248,6 +251,34 @@ def append_bytes(path: Path, data: bytes, what: str = "file") -> None:
         os.close(fd)
 
 
+def refuse_linked_folders(root: Path, path: Path, what: str = "file") -> None:
+    """Raise FileWriteError when a folder between ``root`` and ``path`` (``root`` itself
+    excluded, ``path`` itself excluded) is a symbolic link or not a folder.
+
+    ``O_NOFOLLOW`` guards only the last component: a group folder ``<root>/g`` linked to
+    ``/tmp/outside`` would let an append or a rebuild land outside ``root``. Missing
+    folders are fine (they are created as real folders).
+    """
+    relative = Path(os.path.relpath(path.parent, root))
+    if relative.parts[:1] == ("..",):
+        raise _refused(path, what, f"it is not inside {str(root)!r}")
+    current = root
+    for part in relative.parts:
+        if part == ".":
+            continue
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise write_error(path, error, what) from error
+        if stat.S_ISLNK(mode):
+            raise _refused(path, what, f"its folder {str(current)!r} is a symbolic link")
+        if not stat.S_ISDIR(mode):
+            raise _refused(path, what, f"{str(current)!r} is not a folder")
+
+
 def fsync_folder(folder: Path) -> None:
     """Make the renames in ``folder`` durable.
 
@@ -346,8 +377,14 @@ def _write_in_place(path: Path, write: Callable[[IO[bytes]], object], what: str)
         fd = os.open(path, os.O_WRONLY | _NONBLOCK | _BINARY)
     except OSError as error:
         if error.errno == errno.ENXIO:
-            raise _refused(path, what, "it is a FIFO that no process reads") from error
-        raise write_error(path, error, what) from error
+            found = kind_of(path)
+            why = (
+                "it is a FIFO that no process reads"
+                if found == "a FIFO"
+                else f"it is {found} with no device behind it"
+            )
+            raise _refused(path, what, why) from error
+        raise _stream_error(path, error, what) from error
     try:
         if fcntl is not None:
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
@@ -356,7 +393,44 @@ def _write_in_place(path: Path, write: Callable[[IO[bytes]], object], what: str)
             write(handle)
             handle.flush()
     except OSError as error:
-        raise write_error(path, error, what) from error
+        raise _stream_error(path, error, what) from error
+
+
+def _stream_error(path: Path, error: OSError, what: str) -> FileWriteError:
+    """A failed write into a FIFO or a device: it was written in place, so unlike
+    :func:`write_error` nothing can be said to be intact (a reader may have got a part)."""
+    wrapped = FileWriteError(
+        f"Could not write the {what} {str(path)!r} ({kind_of(path)}, written in place): "
+        f"{_reason(error, path)}. A reader may have received part of it."
+    )
+    wrapped.errno = error.errno
+    return wrapped
+
+
+def kind_of(path: Path) -> str:
+    """What ``path`` leads to, in words (``"a block device"``); links are followed, as
+    an in-place write follows them."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "missing"
+    return kind_of_mode(mode)
+
+
+def kind_of_mode(mode: int) -> str:
+    """A reader's name for what a ``st_mode`` is (``"a symbolic link"``, ``"a FIFO"``)."""
+    for test, name in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _mode_to_keep(path: Path) -> os.stat_result | None:

@@ -180,10 +180,21 @@ def test_a_second_run_replaces_the_first(cli, tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     first = cli("demo", "--epochs", "2", "--no-plots", "--output", folder)
     assert first.code == 0, first.err
+    users = {  # a user's files inside the demo's folders: not the demo's names, they stay
+        folder / "models" / "resnet_50.pth": b"pretrained",
+        folder / "models" / "trunk.pth": b"mine",
+        folder / "logs" / "my_notes.txt": b"notes",
+        folder / "logs" / "records.db.bak": b"backup",
+        folder / "plots" / "my_plot.png": b"png",
+    }
+    for path, data in users.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
     second = cli("demo", "--epochs", "1", "--no-plots", "--output", folder)
     assert second.code == 0, second.err
     results = json.loads((folder / "results.json").read_text())
     assert results["epochs_run"] == 1 and results["best_epoch"] == 1
+    assert {path: path.read_bytes() for path in users} == users
     # The first run's records and checkpoints are gone: one epoch of history, one checkpoint.
     history = (folder / "logs" / "accuracies_val" / "precision_at_1_level0.csv").read_text()
     assert len(history.strip().splitlines()) == 2  # the header and epoch 1
@@ -205,7 +216,8 @@ def test_a_foreign_folder_is_left_alone(cli, tmp_path: Path) -> None:
     assert (folder / "models" / "precious.pth").read_text() == "keep me"
     overwritten = cli("demo", "--epochs", "1", "--no-plots", "--overwrite", "--output", folder)
     assert overwritten.code == 0, overwritten.err
-    assert not (folder / "models" / "precious.pth").exists()
+    # --overwrite replaces the demo's own files only: a user's file there stays
+    assert (folder / "models" / "precious.pth").read_text() == "keep me"
 
 
 def test_a_foreign_folder_is_refused_before_torch_and_training(tmp_path: Path) -> None:

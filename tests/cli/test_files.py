@@ -376,3 +376,12 @@ def test_an_output_link_is_replaced_not_written_through(cli, files, tmp_path: Pa
     assert _evaluate(cli, files, link).code == 0
     assert outside.read_bytes() == b"precious\n"
     assert not link.is_symlink() and json.loads(link.read_text())["settings"]
+
+
+@pytest.mark.parametrize("option", ["--output", "--plot"])
+def test_an_empty_output_path_is_refused(cli, tmp_path: Path, option: str) -> None:
+    scores = write(tmp_path / "s.npy", np.linspace(0, 1, 20))
+    labels = write(tmp_path / "l.npy", np.arange(20) < 10)
+    result = cli("threshold", scores, "--labels", labels, option, "")
+    assert result.code == 2
+    assert "empty path" in error_line(result.err) and option in error_line(result.err)

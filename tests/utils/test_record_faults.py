@@ -9,6 +9,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytorch_metric_learning.errors import (
@@ -18,6 +19,7 @@ from pytorch_metric_learning.errors import (
     InvalidTypeError,
 )
 from pytorch_metric_learning.utils import _record_csv
+from pytorch_metric_learning.utils._records_db import COLUMNS
 from pytorch_metric_learning.utils.record_keeping import RecordKeeper, SQLiteManager
 
 
@@ -205,6 +207,7 @@ UNSTORABLE = [
     pytest.param({"acc": 0.5}, 2**64 - 1, "g", id="step-2**64-1"),
     pytest.param({"acc": 0.5}, -(2**63) - 1, "g", id="step-below-int64"),
     pytest.param({"acc": 10**400}, 1, "g", id="value-10**400"),
+    pytest.param({"acc": np.longdouble("1e4000")}, 1, "g", id="longdouble-1e4000-becomes-inf"),
 ]
 
 
@@ -260,6 +263,34 @@ def test_a_dropped_table_is_a_corrupt_file_naming_file_and_table(
         keeper.save_records()
     message = str(caught.value)
     assert "records.db" in message and repr(table) in message
+
+
+ALL_TABLES = sorted(COLUMNS)  # every table of the schema
+
+
+@pytest.mark.parametrize("table", ALL_TABLES)
+@pytest.mark.parametrize("then", ["save-known-metrics", "reopen"])
+def test_every_dropped_table_is_noticed_never_recreated(
+    tmp_path: Path, table: str, then: str
+) -> None:
+    """Every table of the schema, dropped by something else while the keeper is open: the
+    next save of metrics already known (no new file name to look up), and the next
+    keeper, raise CorruptFileError naming the table; the table is not recreated empty."""
+    keeper = RecordKeeper(tmp_path)
+    fill(keeper, range(2))
+    keeper.save_records()
+    with sqlite3.connect(tmp_path / "records.db") as conn:
+        conn.execute(f"DROP TABLE {table}")
+    with pytest.raises(CorruptFileError, match=repr(table)):
+        if then == "reopen":
+            keeper.sqlite_manager.close()
+            RecordKeeper(tmp_path)
+        else:
+            fill(keeper, range(2, 4))
+            keeper.save_records()
+    with sqlite3.connect(tmp_path / "records.db") as conn:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert table not in names
 
 
 def test_an_altered_table_is_refused_when_opened(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ device in place, as the shell's ``>`` does; every other writer refuses them with
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import threading
 import time
@@ -39,7 +40,7 @@ from pytorch_metric_learning.utils import _model_files
 from pytorch_metric_learning.utils._record_csv import rewrite_file
 from pytorch_metric_learning.utils.checkpoints import save_state_dict
 from pytorch_metric_learning.utils.inference_model import InferenceModel
-from pytorch_metric_learning.utils.record_keeping import RecordKeeper
+from pytorch_metric_learning.utils.record_keeping import Record, RecordKeeper, SQLiteManager
 
 OLD = b"old content, 31 bytes long....\n"
 KINDS = [
@@ -263,6 +264,49 @@ def test_every_writer_on_every_kind_of_path(tmp_path: Path, writer: Writer, kind
         assert mode == 0o666 & ~umask  # a new file: as open() would create it
 
 
+def _records_db(target: Path) -> None:
+    manager = SQLiteManager(target)
+    manager.write([Record("g", "acc", 1, 0.5, 0.0)], {"g": "epoch"})
+    manager.close()
+
+
+NOT_REGULAR = [
+    kind for kind in KINDS if kind not in ("missing", "regular", "regular_0600", "read_only")
+]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_the_records_database_writer_on_every_kind_of_path(
+    tmp_path: Path, kind: str, suffix: str
+) -> None:
+    """The SQLite writer: ``records.db`` and each of its side files that is not a regular
+    file (a link anywhere, a FIFO, a device, a folder) is refused before SQLite opens
+    anything; nothing under the root changes (no table added to a linked database, no
+    ``-journal`` created beside a link's target)."""
+    root = tmp_path / "root"
+    folder = root / "folder"
+    folder.mkdir(parents=True)
+    target = folder / "records.db"
+    side = folder / f"records.db{suffix}"
+    outside = root / "outside.db"
+    make_kind(side, kind, outside)
+    if kind == "link_outside":  # a real database outside: it must not get our tables
+        outside.unlink()
+        sqlite3.connect(outside).execute("CREATE TABLE app (x)").connection.commit()
+    before = snapshot(root)
+    with pytest.raises(FileWriteError) as caught:
+        _records_db(target)
+    assert str(side) in str(caught.value)
+    assert snapshot(root) == before
+
+
+def test_the_records_database_writer_on_a_missing_path(tmp_path: Path) -> None:
+    _records_db(tmp_path / "records.db")
+    rows = sqlite3.connect(tmp_path / "records.db").execute("SELECT step, value FROM records")
+    assert rows.fetchall() == [(1, 0.5)]
+
+
 @settings(max_examples=30, deadline=None)
 @given(mode=st.integers(0, 0o777), size=st.integers(0, 300_000))
 def test_a_replaced_file_keeps_any_mode(tmp_path_factory, mode: int, size: int) -> None:
@@ -410,3 +454,108 @@ def test_csv_file_names_never_collide(tmp_path: Path) -> None:
         assert path.read_text(encoding="utf-8").splitlines()[1:] == [f"1,{float(i)!r}"]
     keeper.close()
     assert [RecordKeeper(tmp_path).csv_path("g", name) for name in names] == paths
+
+
+# ------------------------------------------- folders below the run's folder, hard links
+FOLDER_KINDS = ["link_inside", "link_outside", "dangling_link"]
+
+
+def _link_folder(at: Path, kind: str, outside: Path) -> None:
+    """Make ``at`` a symbolic link to a folder inside the root, outside it, or nowhere."""
+    inside = at.parent / "real_inside"
+    inside.mkdir(exist_ok=True)
+    outside.mkdir(exist_ok=True)
+    (outside / "keep.txt").write_bytes(b"outside\n")
+    at.symlink_to({"link_inside": inside, "link_outside": outside}.get(kind, at.parent / "no"))
+
+
+def _csv_append_through_group(tmp_path: Path, kind: str) -> tuple[Path, Path, Callable[[], None]]:
+    keeper, csv = _keeper_with_rows(tmp_path / "root" / "logs")
+    group = csv.parent
+    for child in group.iterdir():
+        child.unlink()
+    group.rmdir()
+    _link_folder(group, kind, tmp_path / "root" / "outside")
+
+    def write() -> None:
+        try:
+            keeper.update_records({"acc": 0.75}, 2, "g", step_name="epoch")
+            keeper.save_records()
+        finally:
+            keeper.close()
+
+    return tmp_path / "root", group, write
+
+
+def _set_aside_through_superseded(
+    tmp_path: Path, kind: str
+) -> tuple[Path, Path, Callable[[], None]]:
+    from pytorch_metric_learning.utils.checkpoints import checkpoint_files, set_aside
+
+    folder = tmp_path / "root" / "models"
+    folder.mkdir(parents=True)
+    save_state_dict({"w": torch.zeros(1)}, folder / "trunk_1.pth")
+    _link_folder(folder / "superseded", kind, tmp_path / "root" / "outside")
+    return (
+        tmp_path / "root",
+        folder / "superseded",
+        lambda: set_aside(checkpoint_files(folder), folder),
+    )
+
+
+@pytest.mark.parametrize("kind", FOLDER_KINDS)
+@pytest.mark.parametrize("setup", [_csv_append_through_group, _set_aside_through_superseded])
+def test_no_writer_goes_through_a_linked_folder(tmp_path: Path, setup, kind: str) -> None:
+    """A folder below the run's folder that is a symbolic link (a CSV group folder, the
+    ``superseded`` folder of a model folder) is refused: nothing under the root changes."""
+    root, linked, write = setup(tmp_path, kind)
+    before = _without_own_files(snapshot(root))
+    with pytest.raises(FileWriteError, match="symbolic link") as caught:
+        write()
+    assert str(linked) in str(caught.value)
+    assert _without_own_files(snapshot(root)) == before
+
+
+def _without_own_files(found: dict[str, tuple]) -> dict[str, tuple]:
+    """The snapshot less the run's own database and lock files (they record the rows)."""
+    return {p: v for p, v in found.items() if not Path(p).name.startswith(("records.db", "."))}
+
+
+def test_a_hard_linked_csv_is_rebuilt_not_appended_to(tmp_path: Path) -> None:
+    keeper, csv = _keeper_with_rows(tmp_path / "logs")
+    outside = tmp_path / "outside.csv"
+    os.link(csv, outside)
+    before = outside.read_bytes()
+    keeper.update_records({"acc": 0.75}, 2, "g", step_name="epoch")
+    keeper.save_records()
+    keeper.close()
+    assert outside.read_bytes() == before  # the other name keeps its bytes
+    assert os.stat(csv).st_nlink == 1
+    assert _csv_of(csv) == "epoch,acc\n1,0.5\n2,0.75\n"
+
+
+# ------------------------------------------------------- messages of in-place writes
+def test_a_device_without_a_driver_is_named_as_what_it_is(tmp_path: Path) -> None:
+    node = tmp_path / "blockdev"
+    try:  # a block device whose major number no driver claims: opening it gives ENXIO
+        os.mknod(node, 0o600 | stat.S_IFBLK, os.makedev(4095, 4095))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    with pytest.raises(FileWriteError) as caught:
+        _atomic.atomic_write(node, lambda handle: handle.write(b"x"), in_place=True)
+    assert "block device" in str(caught.value) and "FIFO" not in str(caught.value)
+    assert stat.S_ISBLK(os.lstat(node).st_mode)
+
+
+def test_a_broken_stream_does_not_claim_a_previous_version_is_intact() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader went away: the write gets EPIPE
+    try:
+        with pytest.raises(FileWriteError) as caught:
+            _atomic.atomic_write(
+                Path(f"/proc/self/fd/{write_end}"), lambda h: h.write(b"x" * 70000), in_place=True
+            )
+    finally:
+        os.close(write_end)
+    message = str(caught.value)
+    assert "intact" not in message and "FIFO" in message and "part of it" in message

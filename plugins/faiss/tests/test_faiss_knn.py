@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.errors import (
     BackendRuntimeError,
+    FileWriteError,
     InvalidArgumentError,
     InvalidTypeError,
     PMLError,
@@ -283,12 +284,23 @@ def test_load_of_a_damaged_file_is_a_clear_error(tmp_path: os.PathLike[str], cut
     assert restored.index is None
 
 
-def test_save_into_a_missing_directory_is_a_library_error(tmp_path: os.PathLike[str]) -> None:
+def test_save_into_a_missing_directory_creates_it(tmp_path: os.PathLike[str]) -> None:
+    """As InferenceModel.save_knn_func does: the folder is created, the index loads back."""
     knn = FaissKNN(reset_before=False, reset_after=False)
     knn.train(_data(0, 3, 4))
-    with pytest.raises(BackendRuntimeError, match="save the index") as caught:
-        knn.save(os.path.join(tmp_path, "no", "such", "dir.index"))
-    assert isinstance(caught.value.__cause__, RuntimeError)
+    path = os.path.join(tmp_path, "no", "such", "dir.index")
+    knn.save(path)
+    assert faiss.read_index(path).ntotal == knn.index.ntotal
+
+
+def test_save_where_the_folder_cannot_be_created(tmp_path: os.PathLike[str]) -> None:
+    knn = FaissKNN(reset_before=False, reset_after=False)
+    knn.train(_data(0, 3, 4))
+    blocking = os.path.join(tmp_path, "a_file")
+    with open(blocking, "wb") as handle:
+        handle.write(b"x")
+    with pytest.raises(FileWriteError, match="a_file"):
+        knn.save(os.path.join(blocking, "sub", "x.index"))
 
 
 def test_save_without_an_index() -> None:

@@ -15,7 +15,7 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | 
     """Raise :class:`UsageError` if an output path names an input, another output or a folder.
 
     Keys are the option names (``--output``, ``QUERY``); ``None`` and ``-`` (stdout) are
-    skipped, and an input's ``:KEY`` suffix is ignored. Paths are compared as files
+    skipped, an empty output path is refused, and an input's ``:KEY`` suffix is ignored. Paths are compared as files
     (``os.path.samefile``: links and relative spellings of one file are one file), or as
     resolved paths when the output does not exist yet.
 
@@ -27,8 +27,10 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | 
     """
     files = {option: _file_of(text) for option, text in inputs.items() if text}
     for option, text in outputs.items():
-        if not text or text == "-":
+        if text is None or text == "-":
             continue
+        if not text:
+            raise UsageError(f"{option} is an empty path; give the path of a file (or '-').")
         if os.path.isdir(text):
             raise UsageError(f"{option} '{text}' is a folder; give the path of a file in it.")
         for other, path in files.items():

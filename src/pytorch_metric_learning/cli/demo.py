@@ -19,8 +19,8 @@ brings scikit-learn (for the data) and matplotlib.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -253,7 +253,8 @@ def prepare_output(folder: Path, overwrite: bool = False) -> None:
 
     A previous run's records and checkpoints must go, or the hooks would resume from them.
     They are removed only from a folder the demo marked as its own, or with ``overwrite``;
-    anything else in the folder is left alone.
+    anything else in the folder, and any file in its ``models``, ``logs`` and ``plots``
+    folders that does not carry one of the demo's own names, is left alone.
 
     Raises:
         InvalidArgumentError: ``folder`` is a file, or holds files with the demo's names
@@ -262,13 +263,36 @@ def prepare_output(folder: Path, overwrite: bool = False) -> None:
     existing = check_output_folder(folder, overwrite)
     for path in existing:
         if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
+            for own in _own_files_in(path):
+                own.unlink()
         else:
             path.unlink()
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         folder / MARKER, "Written by pml-eval demo; its files here are replaced on each run.\n"
     )
+
+
+# The files the demo itself writes inside its folders; any other file there is the user's.
+_OWN_FILES = {
+    "models": re.compile(r"(?:trunk|embedder)[A-Za-z0-9_]*_(?:best)?[0-9]+\.pth"),
+    "logs": re.compile(r"records\.db(?:-wal|-shm|-journal)?"),
+    "plots": re.compile(r"(?:training_curves|threshold)\.png"),
+}
+
+
+def _own_files_in(folder: Path) -> list[Path]:
+    """The files directly in one of the demo's folders that carry the demo's own names
+    (its checkpoints, its records database, its plots): only these are replaced by a new
+    run; a user's other files (and every subfolder) stay."""
+    own = _OWN_FILES.get(folder.name)
+    if own is None:
+        return []
+    return [
+        path
+        for path in folder.iterdir()
+        if own.fullmatch(path.name) and path.is_file() and not path.is_symlink()
+    ]
 
 
 def _train(

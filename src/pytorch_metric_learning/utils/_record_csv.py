@@ -51,7 +51,8 @@ def append_rows(path: Path, rows: Sequence[tuple[int, float]]) -> None:
 
 
 def tail_agrees(path: Path, header: Sequence[str], last_step: int | None) -> bool:
-    r"""Whether rows may be appended to ``path``: it is a regular file (not a link), it
+    r"""Whether rows may be appended to ``path``: it is a regular file (not a link, with
+    no second name: a hard link), it
     ends with a full line, and that line is the row of ``last_step`` (the header when
     ``last_step`` is None). Anything else means the file must be rebuilt from SQLite.
 
@@ -69,8 +70,8 @@ def tail_agrees(path: Path, header: Sequence[str], last_step: int | None) -> boo
         return False
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return False
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            return False  # a hard link is rebuilt as a new file: the other name keeps its bytes
         start = max(0, info.st_size - _TAIL)
         os.lseek(fd, start, os.SEEK_SET)
         tail = os.read(fd, info.st_size - start)

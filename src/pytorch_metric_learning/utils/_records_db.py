@@ -9,9 +9,10 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 from pathlib import Path
 
-from .._atomic import write_error
+from .._atomic import kind_of_mode, write_error
 from ..errors import CorruptFileError, FileWriteError
 
 __all__ = [
@@ -26,6 +27,8 @@ __all__ = [
     "file_identity",
     "check_same_file",
     "schema_error",
+    "refuse_unsafe_database_files",
+    "check_tables",
 ]
 
 SCHEMA = """
@@ -79,6 +82,7 @@ UPSERT = (
 def open_database(path: Path) -> sqlite3.Connection:
     """A connection in WAL mode: a commit is atomic and survives a crash of the process
     without an fsync per commit (a power cut may lose the last commits, never the file)."""
+    refuse_unsafe_database_files(path)
     try:
         conn = sqlite3.connect(path, timeout=30)
     except sqlite3.Error as error:  # a folder of that name, a dangling link, ...
@@ -87,8 +91,9 @@ def open_database(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        if tables & set(COLUMNS) and "records" not in tables:
-            raise schema_error(path, "records", "is missing (dropped)")
+        if tables & set(COLUMNS):  # an existing database: every table must be there
+            _check_schema(path, conn, tables)
+            check_tables(path, conn)
         for statement in (SCHEMA, *MORE_TABLES):
             conn.execute(statement)
         conn.commit()
@@ -102,9 +107,51 @@ def open_database(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _check_schema(path: Path, conn: sqlite3.Connection) -> None:
-    """Raise CorruptFileError naming the first table whose columns are not the expected."""
+_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def refuse_unsafe_database_files(path: Path) -> None:
+    """Raise FileWriteError unless ``path`` and its side files (``-wal``, ``-shm``,
+    ``-journal``) are each a regular file or missing, seen without following links.
+
+    SQLite opens all of them through links and creates the side files beside a link's
+    target: a ``records.db`` linking to another database would get our tables, one
+    linking to ``/dev/null`` would make SQLite create ``/dev/null-journal``.
+    """
+    for suffix in _SIDE_FILES:
+        side = path.with_name(path.name + suffix)
+        try:
+            mode = os.lstat(side).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise write_error(side, error, "records database") from error
+        if stat.S_ISREG(mode):
+            continue
+        found = kind_of_mode(mode)
+        refused = FileWriteError(
+            f"Refusing to open the records database {str(path)!r}: {str(side)!r} is {found}, "
+            "not a regular file; it was left as it is. Move it aside (or pass another folder)."
+        )
+        refused.errno = errno.EEXIST
+        raise refused
+
+
+def check_tables(path: Path, conn: sqlite3.Connection) -> None:
+    """Raise CorruptFileError naming the first table of ours that is missing (dropped by
+    something else): recreating it empty would silently lose what it held."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    for table in COLUMNS:
+        if table not in tables:
+            raise schema_error(path, table, "is missing (dropped)")
+
+
+def _check_schema(path: Path, conn: sqlite3.Connection, present: set[str] | None = None) -> None:
+    """Raise CorruptFileError naming the first table (of ``present``, default all) whose
+    columns are not the expected."""
     for table, expected in COLUMNS.items():
+        if present is not None and table not in present:
+            continue
         got = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
         if got != expected:
             raise schema_error(path, table, f"its columns are {list(got)}, not {list(expected)}")
@@ -150,6 +197,7 @@ def check_same_file(path: Path, identity: tuple[int, int] | None) -> None:
     """Raise FileWriteError when ``path`` is no longer the file the connection opened
     (deleted, moved or replaced while in use): writes would go to an unlinked file and be
     lost when the process ends."""
+    refuse_unsafe_database_files(path)
     now = file_identity(path)
     if identity is not None and now == identity:
         return

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 import torch
 
-from .._atomic import fsync_folder, remove_leftovers, write_atomically
+from .._atomic import fsync_folder, refuse_linked_folders, remove_leftovers, write_atomically
 from .._validation import invalid
 from ..errors import CorruptFileError, FileWriteError, InvalidTypeError
 
@@ -51,6 +51,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 _SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_\-]+")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+# An epoch in a checkpoint's name is a canonical decimal (no sign, no leading zero, ASCII
+# digits only): ``trunk_01.pth`` is not the library's file for epoch 1, it is a user's.
+EPOCH_DIGITS = r"(0|[1-9][0-9]*)"
 _CHECKPOINT_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*_[A-Za-z0-9_\-]+\.pth")
 
 
@@ -388,7 +391,7 @@ def saved_epochs(folder: PathLike, name: str, tag: str = "") -> list[int]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    pattern = re.compile(re.escape(f"{name}_{tag}") + r"(\d+)\.pth")
+    pattern = re.compile(re.escape(f"{name}_{tag}") + EPOCH_DIGITS + r"\.pth")
     matches = (pattern.fullmatch(p.name) for p in folder.iterdir())
     # Only regular files (or links to one): a folder named like a checkpoint is not one.
     return sorted({int(m.group(1)) for m in matches if m and (folder / m.group(0)).is_file()})
@@ -452,6 +455,7 @@ def set_aside(paths: Iterable[Path], folder: PathLike) -> Path | None:
         if not target.exists():
             break
         target = Path(folder) / "superseded" / f"{stamp}-{attempt}"
+    refuse_linked_folders(Path(folder), target / "x", "superseded checkpoint folder")
     try:
         target.mkdir(parents=True)
         for path in paths:

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple, Union
 
 import torch
 
-from .._atomic import make_folder
+from .._atomic import make_folder, refuse_linked_folders
 from .._folder_lock import FolderLock, lock_folder
 from .._validation import invalid
 from ..errors import (
@@ -56,6 +56,7 @@ from ._records_db import (
     SET_ASIDE,
     UPSERT,
     check_same_file,
+    check_tables,
     damaged_schema,
     file_identity,
     is_file_failure,
@@ -145,6 +146,7 @@ class SQLiteManager:
         check_same_file(self.path, self._identity)
         conn = self._conn
         try:
+            check_tables(self.path, conn)
             yield conn
             self._commit(conn)
         except BaseException as error:
@@ -357,12 +359,15 @@ def _to_value(name: Any, value: Any) -> float:
         expected = "a mapping of names to real numbers"
         raise invalid("records", _OWNER, expected, {name: value}, InvalidTypeError)
     try:
-        return float(value)
+        result = float(value)
+        if math.isinf(result) and value != result:  # np.longdouble("1e4000") -> inf
+            raise OverflowError("the value became infinite when converted to a float")
     except OverflowError as error:
         raise InvalidArgumentError(
             f"{_OWNER} cannot store the record {str(name)!r}: its value does not fit a "
             "float (SQLite stores 64-bit floats). Nothing was queued."
         ) from error
+    return result
 
 
 class RecordKeeper:
@@ -561,15 +566,20 @@ class RecordKeeper:
         return moved > 0
 
     def set_aside_tensorboard(self) -> Path | None:
-        """Move the TensorBoard event files of earlier runs aside, to
-        ``<log dir>/superseded/<UTC time>/``, and write the records SQLite keeps into the
+        """Move every TensorBoard event file (of earlier runs and, closed first, the
+        writer's own) aside, to ``<log dir>/superseded/<UTC time>/``, open a new event
+        file, and write the records SQLite keeps into the
         current event file: TensorBoard then shows each step once, with the kept value.
         Returns the folder the files went to (None without a writer or old files)."""
-        log_dir, own = _event_files_of(self.tensorboard_writer)
+        log_dir, _own = _event_files_of(self.tensorboard_writer)
         if log_dir is None:
             return None
-        old = [p for p in sorted(log_dir.glob("events.out.tfevents.*")) if p.name != own]
+        # This writer's own file holds the set-aside steps too (start_fresh in the same
+        # process): close it, move it aside with the others, and open a new one.
+        self.tensorboard_writer.close()
+        old = sorted(log_dir.glob("events.out.tfevents.*"))
         moved_to = set_aside(old, log_dir) if old else None
+        self.tensorboard_writer._get_file_writer()  # a new event file
         db = self.sqlite_manager
         for group in db.groups():
             for name in db.names(group):
@@ -617,6 +627,7 @@ class RecordKeeper:
         file from SQLite."""
         group, name = pair
         path, header = self.csv_path(group, name), [self.sqlite_manager.step_name(group), name]
+        refuse_linked_folders(self.csv_folder, path, "CSV file")
         if new_rows:
             rows = sorted(dict(new_rows).items())
             before = self.sqlite_manager.last_step_before(group, name, rows[0][0])

@@ -141,6 +141,9 @@ def test_pretrained_weights_named_like_checkpoints_are_never_moved(tmp_path: Pat
     models = tmp_path / "models"
     models.mkdir()
     pretrained = {"resnet_50.pth": b"resnet weights", "vit_base_16.pth": b"vit weights"}
+    # the run's own object names, but the epoch is not a canonical decimal: a user's files
+    for name in ("trunk_01.pth", "trunk_best01.pth", "trunk_+1.pth", "trunk_\u0663.pth"):
+        pretrained[name] = name.encode()
     for name, data in pretrained.items():
         (models / name).write_bytes(data)
     run = Run(tmp_path)
@@ -221,3 +224,24 @@ def test_tensorboard_events_of_set_aside_epochs_are_moved_aside(tmp_path: Path) 
     accumulator.Reload()
     steps = [e.step for e in accumulator.Scalars(f"accuracies_val/{PRIMARY_KEY}")]
     assert sorted(steps) == [1, 2, 3, 4, 5]  # one value per epoch, the kept ones
+
+
+def test_start_fresh_in_the_same_process_leaves_one_value_per_step(tmp_path: Path) -> None:
+    """The documented "Starting fresh" flow in one process: train 2 epochs with
+    TensorBoard, ``start_fresh=True``, train 2 more. The live event file is closed and
+    moved aside: TensorBoard shows each step once."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = Run(tmp_path, tensorboard=True)
+    run.train(2)
+    start = run.hooks.load_latest_saved_models(run.state, run.model_folder, start_fresh=True)
+    for epoch in range(start, start + 2):
+        run.epoch(epoch)
+    run.close()
+    events = list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    accumulator = EventAccumulator(str(events[0]))
+    accumulator.Reload()
+    steps = [e.step for e in accumulator.Scalars(f"accuracies_val/{PRIMARY_KEY}")]
+    assert sorted(steps) == list(range(start, start + 2))  # each step once

@@ -284,18 +284,18 @@ class FaissKNN:
 
         The file is written by the library's writing policy: into a temporary file that
         replaces ``path`` only once complete, so a kill or a full disk during the save
-        leaves the previous index loadable; a FIFO or a device at ``path`` is refused.
+        leaves the previous index loadable; a FIFO or a device at ``path`` is refused. A
+        missing folder is created, as :meth:`InferenceModel.save_knn_func` does.
 
         Raises:
-            FileWriteError: the file could not be written (names ``path``).
+            FileWriteError: the file could not be written, or its folder cannot be created
+                (names ``path``).
         """
         path = _check_path(path, "save")
         index = self._require_index("save")
         with faiss_errors(_OWNER, f"save the index to {path!r}"):
             if _gpu.index_gpus(index, faiss):
                 index = faiss.index_gpu_to_cpu(index)
-            if not os.path.isdir(os.path.dirname(path) or "."):
-                faiss.write_index(index, path)  # fails as faiss does, creating nothing
 
         def write(temp_name: str) -> None:
             with faiss_errors(_OWNER, f"save the index to {path!r}"):

@@ -22,6 +22,7 @@ from typing import Any, Union
 
 from ...errors import CorruptFileError, ResumeError
 from ..checkpoints import (
+    EPOCH_DIGITS,
     checkpoint_files,
     read_checkpoints,
     saved_epochs,
@@ -44,7 +45,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
-_EPOCH = re.compile(r".+_(?:best)?(\d+)\.pth")
+_EPOCH = re.compile(r".+_(?:best)?" + EPOCH_DIGITS + r"\.pth")
 OwnsGroup = Callable[[str], bool]
 _FRESH = (
     "Nothing was loaded, moved or deleted. Pass start_fresh=True to "
@@ -139,7 +140,9 @@ def files_after(folder: PathLike, names: Sequence[str], epoch: int) -> list[Path
     """The checkpoint files of ``names`` (latest and best) of epochs after ``epoch``."""
     if not names:
         return []
-    pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")_(?:best)?(\d+)\.pth")
+    pattern = re.compile(
+        "(?:" + "|".join(re.escape(n) for n in names) + r")_(?:best)?" + EPOCH_DIGITS + r"\.pth"
+    )
     found = (pattern.fullmatch(p.name) for p in checkpoint_files(folder))
     return [Path(folder) / m.group(0) for m in found if m and int(m.group(1)) > epoch]
 
