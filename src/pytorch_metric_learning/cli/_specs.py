@@ -9,7 +9,6 @@ import json
 from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
-from ._versions import distribution_version
 
 __all__ = ["parse_spec", "spec_option", "describe_spec"]
 
@@ -78,6 +77,7 @@ def describe_spec(spec: str | dict[str, Any] | None, kind: str, default: str) ->
         'custom'
     """
     from ..evaluation.search.registry import backend_info  # torch: only when a command runs
+    from ._versions import distribution_version  # importlib.metadata: not on the parse path
 
     name = default if spec is None else spec if isinstance(spec, str) else spec["name"]
     found = [info for info in backend_info(kind) if info.name == name]

@@ -69,6 +69,24 @@ def _check_writable(folder: Path) -> None:
             f"--output '{folder}' cannot be written: no permission to write in '{nearest}'. "
             "Choose another --output."
         )
+    _try_a_folder_in(nearest, folder)
+
+
+def _try_a_folder_in(nearest: Path, folder: Path) -> None:
+    """Create and remove an empty folder in ``nearest``: permissions alone do not tell
+    (root may write anywhere but not into /proc; a read-only file system)."""
+    probe = nearest / f".pml-eval-demo-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except FileExistsError:  # a folder could be made there (not ours: left alone)
+        return
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise InvalidArgumentError(
+            f"--output '{folder}' cannot be created: making a folder in '{nearest}' failed "
+            f"({reason}). Choose another --output."
+        ) from None
+    probe.rmdir()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -84,9 +102,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--output", default="pml-demo", metavar="DIR", help="folder to write to (default: pml-demo)"
     )
-    parser.add_argument("--epochs", type=positive_int, default=None, help="training epochs")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument(
+        "--epochs", type=positive_int, default=None, help="training epochs (default: 20)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument("--quick", action="store_true", help="two epochs (a smoke test)")
+    length.add_argument(
+        "--quick", action="store_true", help="two epochs (a smoke test; not with --epochs)"
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--overwrite",
