@@ -164,6 +164,31 @@ def test_help_and_argument_errors_answer_without_torch(argv: list[str]) -> None:
     assert not {f"pytorch_metric_learning.cli.{name}" for name in COMMANDS} & modules
 
 
+# Modules that cost milliseconds each and that no --help or argument error needs: importlib
+# .metadata (about 86 ms: it was imported with the backend specs), dataclasses with inspect,
+# ast and dis, pathlib with urllib, json.
+HEAVY_MODULES = {"importlib.metadata", "dataclasses", "inspect", "ast", "pathlib", "json"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        *([name, "--help"] for name in COMMANDS),
+        ["evaluate", "q.npy", "--labels", "l.npy", "--device", "bogus"],
+        ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--metrics", "NMI"],
+        ["demo", "--quick", "--epochs", "3"],
+        ["threshold", "s.npy"],
+    ],
+    ids=" ".join,
+)
+def test_a_subcommand_help_imports_no_more_than_the_top_help(argv: list[str]) -> None:
+    """``pml-eval CMD --help`` imports none of the heavy modules ``pml-eval --help`` skips."""
+    top = _imports_after(["--help"])
+    modules = _imports_after(argv)
+    assert f"pytorch_metric_learning.cli.parsers.{argv[0]}" in modules  # its parser ran
+    assert (HEAVY_MODULES & modules) <= top, HEAVY_MODULES & modules - top
+
+
 @pytest.mark.parametrize("argv", NO_TORCH_ARGV[len(COMMANDS) :], ids=" ".join)
 def test_argument_errors_exit_2_with_one_line(argv: list[str], capsys) -> None:
     assert main(argv) == EXIT_USAGE

@@ -5,7 +5,6 @@ Parsing a spec needs no torch (the parsers use it); describing one loads the reg
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
@@ -27,6 +26,8 @@ def parse_spec(text: str, option: str) -> str | dict[str, Any]:
         raise InvalidArgumentError(f"The {option} option needs a backend name or a JSON object.")
     if not text.startswith(("{", "[", '"')):
         return text
+    import json  # only for JSON specs: not on every --help
+
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as error:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-from dataclasses import dataclass
 from typing import Callable
 
 from ..._metric_catalog import describe_families, parametrized_parts
@@ -32,9 +31,11 @@ __all__ = [
 Check = Callable[[argparse.Namespace], None]
 
 
-@dataclass(frozen=True)
 class Deferred:
     """``args.run`` of a subcommand: run the torch-free checks, then import the work module.
+
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect``, which would slow
+    every ``--help``.
 
     Attributes:
         module: The work module under ``pytorch_metric_learning.cli`` (``"evaluate"``).
@@ -42,8 +43,14 @@ class Deferred:
             :class:`UsageError` (exit 2).
     """
 
-    module: str
-    checks: tuple[Check, ...] = ()
+    __slots__ = ("module", "checks")
+
+    def __init__(self, module: str, checks: tuple[Check, ...] = ()) -> None:
+        self.module = module
+        self.checks = checks
+
+    def __repr__(self) -> str:
+        return f"Deferred(module={self.module!r}, checks={self.checks!r})"
 
     def __call__(self, args: argparse.Namespace) -> int:
         for check in self.checks:

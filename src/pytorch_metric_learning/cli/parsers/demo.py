@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import InvalidArgumentError
 from ._common import Deferred, add_command, positive_int
+
+if TYPE_CHECKING:  # pathlib is imported when the check runs, not on every --help
+    from pathlib import Path
 
 __all__ = ["MARKER", "OUTPUT_NAMES", "check_output_folder", "add_parser"]
 
@@ -28,7 +31,7 @@ OUTPUT_NAMES = (
 )
 
 
-def check_output_folder(folder: Path, overwrite: bool = False) -> list[Path]:
+def check_output_folder(folder: Path | str, overwrite: bool = False) -> list[Path]:
     """The demo's files already in ``folder``, after checking that the demo may replace them.
 
     Raises:
@@ -36,9 +39,12 @@ def check_output_folder(folder: Path, overwrite: bool = False) -> list[Path]:
             files with the demo's names but is not a demo folder and ``overwrite`` is false.
 
     Example:
-        >>> check_output_folder(Path("no-such-folder-here"))
+        >>> check_output_folder("no-such-folder-here")
         []
     """
+    from pathlib import Path
+
+    folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise InvalidArgumentError(
             f"The demo writes into a folder, but --output '{folder}' is a file. "
@@ -120,4 +126,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _output_folder(args: argparse.Namespace) -> None:
-    check_output_folder(Path(args.output), args.overwrite)
+    check_output_folder(args.output, args.overwrite)
