@@ -360,8 +360,11 @@ def _ticks_with_zero(
 
 
 def _det_point_label(point: tuple[float, float]) -> str:
-    zero = [name for name, rate in (("false match", point[0]), ("false non-match", 1 - point[1]))
-            if rate == 0]
+    zero = [
+        name
+        for name, rate in (("false match", point[0]), ("false non-match", 1 - point[1]))
+        if rate == 0
+    ]
     return f"threshold ({' and '.join(zero)} rate 0, at the edge)" if zero else "threshold"
 
 

@@ -91,7 +91,9 @@ def test_each_listed_type_and_its_indices(device_type: str) -> None:
         _check_against_torch(device_type + index)
 
 
-@pytest.mark.parametrize("text", ["bogus", "CPU", "cuda:x", "cuda:01", "cuda:128", "", " cpu", "gpu"])
+@pytest.mark.parametrize(
+    "text", ["bogus", "CPU", "cuda:x", "cuda:01", "cuda:128", "", " cpu", "gpu"]
+)
 def test_a_malformed_device_is_an_argument_error_that_lists_the_types(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as caught:
         device_name(text)
