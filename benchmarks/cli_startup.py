@@ -31,9 +31,22 @@ CASES = {
         *("-m", "pytorch_metric_learning", "evaluate", "q.npy", "--labels", "l.npy"),
         *("--metrics", "bogus"),
     ],
+    "pml-eval evaluate --device bogus": [
+        *("-m", "pytorch_metric_learning", "evaluate", "q.npy", "--labels", "l.npy"),
+        *("--device", "bogus"),
+    ],
+    "pml-eval compare --device cuda:01": [
+        *("-m", "pytorch_metric_learning", "compare", "a.npy", "b.npy", "--labels", "l.npy"),
+        *("--device", "cuda:01"),
+    ],
 }
 # the commands above that are argument errors (exit 2)
-USAGE_ERRORS = {"pml-eval evaluate (no QUERY)", "pml-eval evaluate --metrics bogus"}
+USAGE_ERRORS = {
+    "pml-eval evaluate (no QUERY)",
+    "pml-eval evaluate --metrics bogus",
+    "pml-eval evaluate --device bogus",
+    "pml-eval compare --device cuda:01",
+}
 
 
 def measure(arguments: list[str], repeats: int, code: int = 0) -> list[float]:

@@ -128,6 +128,13 @@ LABELS = {
     "ndcg_at_100_level0": "NDCG@100",
     "total_loss": "total loss",
     "my_custom_metric": "my custom metric",
+    # pml-eval threshold's metric names, and the threshold metric functions'
+    "f1": "F1",
+    "balanced_accuracy": "balanced accuracy",
+    "tar@far=0.001": "TAR@FAR=0.1%",
+    "tar@far=0.0": "TAR@FAR=0%",
+    "match_f1": "F1",
+    "match_balanced_accuracy": "balanced accuracy",
 }
 
 
@@ -153,3 +160,104 @@ def test_training_curves_legend_uses_readable_labels(
         tmp_path / "curves.png",
     )
     assert seen == ["total loss", "MAP@R"]
+
+
+def _drawn_figure(monkeypatch: pytest.MonkeyPatch, draw) -> object:  # type: ignore[no-untyped-def]
+    """The matplotlib figure ``draw()`` saves."""
+    saved = []
+    original = plots._save
+
+    def spy(figure, path):  # type: ignore[no-untyped-def]
+        saved.append(figure)
+        return original(figure, path)
+
+    monkeypatch.setattr(plots, "_save", spy)
+    draw()
+    return saved[0]
+
+
+# (metric_name given, or None) -> the label the metric panel must show
+PANEL_LABELS = [
+    ("f1", "F1"),
+    ("tar@far=0.1", "TAR@FAR=10%"),
+    ("balanced_accuracy", "balanced accuracy"),
+    ("mean_average_precision_at_r", "MAP@R"),
+    (None, "F1"),
+]
+
+
+@pytest.mark.parametrize(("name", "label"), PANEL_LABELS)
+def test_the_metric_panel_uses_readable_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str | None, label: str
+) -> None:
+    scores = torch.tensor([0.9, 0.8, 0.4, 0.3, 0.2])
+    same = torch.tensor([True, True, False, True, False])
+    for draw in (plots.plot_verification, plots.plot_threshold_curve):
+        figure = _drawn_figure(
+            monkeypatch,
+            lambda draw=draw: draw(
+                scores, same, tmp_path / "x.png", is_inverted=True, metric_name=name, threshold=0.5
+            ),
+        )
+        metric_axes = figure.axes[0]  # type: ignore[attr-defined]
+        assert metric_axes.get_ylabel() == label
+        assert metric_axes.get_title() == f"{label} against the threshold"
+        monkeypatch.undo()
+
+
+def _pairs_separated(negatives: int, positives: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Similarities: every match scores above every non-match, so the best threshold has
+    no false match."""
+    scores = torch.cat([torch.linspace(0.6, 1.0, positives), torch.linspace(0.0, 0.5, negatives)])
+    return scores, torch.arange(positives + negatives) < positives
+
+
+def _threshold_dots(axes) -> list:  # type: ignore[no-untyped-def]
+    return [line for line in axes.get_lines() if line.get_marker() == "o"]
+
+
+@pytest.mark.parametrize(("negatives", "positives"), [(3000, 300), (400, 60), (50, 5)])
+def test_a_threshold_without_false_matches_is_drawn_on_roc_and_det(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, negatives: int, positives: int
+) -> None:
+    scores, same = _pairs_separated(negatives, positives)
+    threshold = 0.55  # between the two groups: false match rate 0, true match rate 1
+    labels = same.tolist()
+    assert sum(s >= threshold and not m for s, m in zip(scores.tolist(), labels)) == 0
+    figure = _drawn_figure(
+        monkeypatch,
+        lambda: plots.plot_verification(
+            scores, same, tmp_path / "v.png", is_inverted=True, threshold=threshold
+        ),
+    )
+    _, roc, det = figure.axes  # type: ignore[attr-defined]
+    (dot,) = _threshold_dots(roc)
+    (x,), (y,) = dot.get_xdata(), dot.get_ydata()
+    left, right = roc.get_xlim()
+    assert left <= x <= right and x > 0  # on the log axis, at its left edge
+    assert x == pytest.approx(left) and y == 1.0
+    assert "false match rate 0" in dot.get_label()
+    (dot,) = _threshold_dots(det)
+    (x,), (y,) = dot.get_xdata(), dot.get_ydata()
+    ticks = dict(zip(det.get_xticks(), (t.get_text() for t in det.get_xticklabels())))
+    assert ticks[x] == "0"  # on the grid line of the "0" tick
+    y_ticks = dict(zip(det.get_yticks(), (t.get_text() for t in det.get_yticklabels())))
+    assert y_ticks[y] == "0"  # and no false non-match either
+    assert det.get_xlim()[0] < x and det.get_ylim()[0] < y  # inside the axes
+
+
+def test_a_threshold_with_false_matches_is_drawn_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2])
+    same = torch.tensor([True, False, True, True, False, False, True, False])
+    figure = _drawn_figure(
+        monkeypatch,
+        lambda: plots.plot_verification(
+            scores, same, tmp_path / "v.png", is_inverted=True, threshold=0.55
+        ),
+    )
+    (dot,) = _threshold_dots(figure.axes[1])  # type: ignore[attr-defined]
+    # decided: 0.9 0.8 0.7 0.6 -> 1 of the 4 non-matches, 3 of the 4 matches
+    assert (dot.get_xdata()[0], dot.get_ydata()[0]) == (0.25, 0.75)
+    assert dot.get_label() == "threshold"

@@ -25,8 +25,16 @@ MISSING_MODULES: dict[str, str] = {
     "reducers": "the loss reducers (MeanReducer, ThresholdReducer, ...)",
     "regularizers": "the embedding and weight regularizers (LpRegularizer, ...)",
     "samplers": "the batch samplers (MPerClassSampler, ...)",
+    "datasets": "the dataset downloaders (CUB, Cars196, INaturalist2018, SOP)",
     "utils.loss_and_miner_utils": "the helpers of the losses and miners "
     "(get_all_pairs_indices, ...)",
+    "utils.distributed": "the distributed wrappers of losses and miners "
+    "(DistributedLossWrapper, DistributedMinerWrapper)",
+    "utils.key_checker": "the checks of the trainers' dict arguments (KeyChecker, KeyCheckerDict)",
+    "utils.loss_tracker": "the LossTracker that sums the trainers' weighted losses",
+    "utils.module_with_records": "ModuleWithRecords, the base class of the losses and miners",
+    "utils.module_with_records_and_reducer": "ModuleWithRecordsAndReducer and its "
+    "distance variants, the base classes of the losses",
     "trainers.cascaded_embeddings": "the CascadedEmbeddings trainer",
     "trainers.deep_adversarial_metric_learning": "the DeepAdversarialMetricLearning trainer",
     "trainers.twostream_metric_loss": "the TwoStreamMetricLoss trainer",

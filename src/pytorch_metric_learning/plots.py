@@ -108,7 +108,8 @@ def plot_threshold_curve(
         path: The PNG file to write (parent folders are created).
         is_inverted: True when larger scores mean more alike (similarities).
         metric: A threshold metric such as ``match_f1`` (the default).
-        metric_name: The axis label; default: derived from ``metric``.
+        metric_name: The metric's name or key (``f1``, ``tar@far=0.01``), shown through
+            :func:`metric_label` (``F1``, ``TAR@FAR=1%``); default: derived from ``metric``.
         threshold: If given, marked with a vertical line (a chosen threshold, say).
         title: The figure's title.
 
@@ -124,7 +125,7 @@ def plot_threshold_curve(
     """
     curve = threshold_curve(scores, labels, is_inverted=is_inverted)
     figure = _new_figure(5.5, 4.0)
-    _draw_metric(figure.subplots(), curve, metric, metric_name or _metric_name(metric), threshold)
+    _draw_metric(figure.subplots(), curve, metric, _metric_name(metric, metric_name), threshold)
     if title:
         figure.suptitle(title)
     return _save(figure, path)
@@ -207,7 +208,7 @@ def plot_verification(
     point = _operating_point(scores, labels, is_inverted, threshold)
     figure = _new_figure(15.0, 4.2)
     metric_axes, roc_axes, det_axes = figure.subplots(1, 3)
-    _draw_metric(metric_axes, curve, metric, metric_name or _metric_name(metric), threshold)
+    _draw_metric(metric_axes, curve, metric, _metric_name(metric, metric_name), threshold)
     _draw_roc(roc_axes, _rates(curve), point)
     _draw_det(det_axes, _rates(curve), point)
     if title:
@@ -260,11 +261,10 @@ def _operating_point(
     return false_match, float((decided & labels).sum()) / max(positives, 1)
 
 
-def _metric_name(metric: Metric) -> str:
-    known = {"match_f1": "F1", "match_accuracy": "accuracy"}
-    known["match_balanced_accuracy"] = "balanced accuracy"
-    name = getattr(metric, "__name__", None)
-    return known.get(name, name) if name else repr(metric)
+def _metric_name(metric: Metric, given: str | None) -> str:
+    """The readable label of the metric: of ``given`` if any, else of the function's name."""
+    name = given or getattr(metric, "__name__", None)
+    return metric_label(name) if name else repr(metric)
 
 
 def _draw_metric(
@@ -287,13 +287,24 @@ def _draw_roc(axes: Axes, rates: _Rates, point: tuple[float, float] | None) -> N
     if rates.negatives > 0 and bool((rates.false_match > 0).any()):
         axes.set_xscale("log")
         axes.set_xlim(0.5 / rates.negatives, 1.0)
-    if point is not None and point[0] > 0:
-        axes.plot(*point, "o", color="C3", label="threshold")
-        axes.legend(loc="lower right", fontsize="small")
+    if point is not None:
+        _draw_roc_point(axes, rates, point)
     axes.set_xlabel("false match rate")
     axes.set_ylabel("true match rate")
     axes.set_title("ROC")
     axes.grid(alpha=0.3, which="both")
+
+
+def _draw_roc_point(axes: Axes, rates: _Rates, point: tuple[float, float]) -> None:
+    """The threshold's operating point; at a false match rate of 0 on the log axis, at the
+    axis's left edge (where 0 would be), said so in the legend."""
+    false_match, true_match = point
+    label = "threshold"
+    if false_match == 0 and axes.get_xscale() == "log":
+        false_match = axes.get_xlim()[0]
+        label = "threshold (false match rate 0, at the left edge)"
+    axes.plot(false_match, true_match, "o", color="C3", label=label, clip_on=False, zorder=3)
+    axes.legend(loc="lower right", fontsize="small")
 
 
 _DET_TICKS = (0.001, 0.01, 0.05, 0.2, 0.5, 0.8, 0.95)
@@ -314,17 +325,47 @@ def _draw_det(axes: Axes, rates: _Rates, point: tuple[float, float] | None) -> N
         deviate(false_non_match[inside]).tolist(),
         linewidth=1.2,
     )
-    if point is not None:
-        axes.plot(float(deviate(point[0])), float(deviate(1 - point[1])), "o", color="C3")
     ticks = [tick for tick in _DET_TICKS if tick >= smallest]
     positions = deviate(ticks).tolist()
     labels = [f"{100 * tick:g}%" for tick in ticks]
-    axes.set_xticks(positions, labels)
-    axes.set_yticks(positions, labels)
+    x_ticks, y_ticks = (positions, labels), (positions, labels)
+    if point is not None:
+        # A rate of 0 has no normal deviate: drawn at the edge, where a "0" tick marks it.
+        edge = float(deviate(0.0))
+        x, y = float(deviate(point[0])), float(deviate(1 - point[1]))
+        axes.plot(x, y, "o", color="C3", label=_det_point_label(point), clip_on=False, zorder=3)
+        axes.legend(loc="upper right", fontsize="small")
+        with_zero = _ticks_with_zero(edge, positions, labels)
+        if point[0] == 0:
+            x_ticks = with_zero
+        if point[1] == 1:
+            y_ticks = with_zero
+        low = min(edge, *positions)
+        axes.set_xlim(left=low - 0.1)
+        axes.set_ylim(bottom=low - 0.1)
+    axes.set_xticks(*x_ticks)
+    axes.set_yticks(*y_ticks)
     axes.set_xlabel("false match rate")
     axes.set_ylabel("false non-match rate")
     axes.set_title("DET")
     axes.grid(alpha=0.3)
+
+
+def _ticks_with_zero(
+    edge: float, positions: list[float], labels: list[str]
+) -> tuple[list[float], list[str]]:
+    """A "0" tick at the edge, without the ticks too close to it to read."""
+    kept = [(at, label) for at, label in zip(positions, labels) if at - edge > 0.4]
+    return [edge, *(at for at, _ in kept)], ["0", *(label for _, label in kept)]
+
+
+def _det_point_label(point: tuple[float, float]) -> str:
+    zero = [
+        name
+        for name, rate in (("false match", point[0]), ("false non-match", 1 - point[1]))
+        if rate == 0
+    ]
+    return f"threshold ({' and '.join(zero)} rate 0, at the edge)" if zero else "threshold"
 
 
 def _draw_series(
@@ -356,6 +397,12 @@ _LABELS = {
     "mean_reciprocal_rank": "MRR",
     "NMI": "NMI",
     "AMI": "AMI",
+    "f1": "F1",
+    "match_f1": "F1",
+    "accuracy": "accuracy",
+    "match_accuracy": "accuracy",
+    "balanced_accuracy": "balanced accuracy",
+    "match_balanced_accuracy": "balanced accuracy",
 }
 _FAMILY_LABELS = {
     "recall": "Recall",
@@ -376,8 +423,8 @@ def metric_label(key: str) -> str:
         'MAP@R'
         >>> metric_label("recall_at_4"), metric_label("precision_at_1_level1")
         ('Recall@4', 'Precision@1 (level 1)')
-        >>> metric_label("total_loss")
-        'total loss'
+        >>> metric_label("total_loss"), metric_label("f1"), metric_label("tar@far=0.001")
+        ('total loss', 'F1', 'TAR@FAR=0.1%')
     """
     name, level = key, ""
     match = _LEVEL.fullmatch(key)
@@ -385,16 +432,21 @@ def metric_label(key: str) -> str:
         name = match.group(1)
         level = "" if match.group(2) == "0" else f" (level {match.group(2)})"
     parts = parametrized_parts(name)
+    tar_at_far = _TAR_AT_FAR.fullmatch(name)
     if name in _LABELS:
         label = _LABELS[name]
     elif parts is not None:
         label = f"{_FAMILY_LABELS[parts[0]]}@{parts[1]}"
+    elif tar_at_far is not None:
+        label = f"TAR@FAR={float(tar_at_far.group(1)) * 100:g}%"
     else:
         label = name.replace("_", " ")
     return label + level
 
 
 _LEVEL = re.compile(r"(.+)_level([0-9]+)")
+# pml-eval threshold's name of "true match rate at a false match rate" (tar@far=0.001)
+_TAR_AT_FAR = re.compile(r"tar@far=([0-9.]+(?:e-?[0-9]+)?)", re.IGNORECASE)
 
 
 def _integer_locator() -> Any:

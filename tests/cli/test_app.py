@@ -131,6 +131,11 @@ NO_TORCH_ARGV = [
     ["evaluate", "q.npy", "--labels", "l.npy", "--metrics", "precision_at_0"],
     ["evaluate", "q.npy", "--labels", "l.npy", "--k", "0"],
     ["evaluate", "q.npy", "--labels", "l.npy", "--device", "not a device"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--device", "bogus"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--device", "cuda:01"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--device", "CPU"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--device", "meta"],
+    ["evaluate", "q.npy", "--labels", "l.npy", "--ci-by-class"],
     ["evaluate", "q.npy", "--labels", "l.npy", "--knn", "{broken json"],
     ["evaluate", "q.npy", "--labels", "l.npy", "--ci", "0.95"],
     ["evaluate", "q.npy", "--labels", "l.npy", "--ci", "95", "--per-class"],
@@ -138,11 +143,14 @@ NO_TORCH_ARGV = [
     ["evaluate", "q.npy", "--labels", "l.npy", "--output", "q.npy"],
     ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--reference", "1", "2", "3"],
     ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--metrics", "NMI"],
+    ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--device", "bogus"],
+    ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--device", "cuda:x"],
     ["threshold", "s.npy"],
     ["threshold", "s.npy", "--labels", "l.npy", "--metric", "tar@far=2"],
     ["threshold", "s.npy", "--labels", "l.npy", "--plot", "s.npy"],
     ["backends", "--output", "."],
     ["demo", "--epochs", "0"],
+    ["demo", "--quick", "--epochs", "3"],
     ["no-such-command"],
 ]
 
@@ -156,11 +164,58 @@ def test_help_and_argument_errors_answer_without_torch(argv: list[str]) -> None:
     assert not {f"pytorch_metric_learning.cli.{name}" for name in COMMANDS} & modules
 
 
+# Modules that cost milliseconds each and that no --help or argument error needs: importlib
+# .metadata (about 86 ms: it was imported with the backend specs), dataclasses with inspect,
+# ast and dis, pathlib with urllib, json.
+HEAVY_MODULES = {"importlib.metadata", "dataclasses", "inspect", "ast", "pathlib", "json"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        *([name, "--help"] for name in COMMANDS),
+        ["evaluate", "q.npy", "--labels", "l.npy", "--device", "bogus"],
+        ["compare", "a.npy", "b.npy", "--labels", "l.npy", "--metrics", "NMI"],
+        ["demo", "--quick", "--epochs", "3"],
+        ["threshold", "s.npy"],
+    ],
+    ids=" ".join,
+)
+def test_a_subcommand_help_imports_no_more_than_the_top_help(argv: list[str]) -> None:
+    """``pml-eval CMD --help`` imports none of the heavy modules ``pml-eval --help`` skips."""
+    top = _imports_after(["--help"])
+    modules = _imports_after(argv)
+    assert f"pytorch_metric_learning.cli.parsers.{argv[0]}" in modules  # its parser ran
+    assert (HEAVY_MODULES & modules) <= top, HEAVY_MODULES & modules - top
+
+
 @pytest.mark.parametrize("argv", NO_TORCH_ARGV[len(COMMANDS) :], ids=" ".join)
 def test_argument_errors_exit_2_with_one_line(argv: list[str], capsys) -> None:
     assert main(argv) == EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert err.startswith("pml-eval: error: ") and "\n" not in err, err
+
+
+def test_a_demo_folder_that_cannot_be_made_is_refused_before_torch(tmp_path: Path) -> None:
+    """Permissions alone pass /proc for root; making a folder there fails: refused at once."""
+    for folder in ("/proc/no-such-folder", "/proc/no-such-folder/deeper", "/dev/null/inside"):
+        modules = _imports_after(["demo", "--output", folder])
+        assert "pytorch_metric_learning.cli.parsers.demo" in modules
+        assert "torch" not in modules and "numpy" not in modules
+        result = run_subprocess("demo", "--output", folder)
+        assert result.code == 1
+        assert result.out == ""  # no "Training ..." announced
+        # "cannot be created" (root), or "cannot be written" (no permission for others)
+        assert f"--output '{folder}' cannot be " in error_line(result.err)
+
+
+def test_the_demo_folder_check_leaves_nothing_behind(tmp_path: Path) -> None:
+    from pytorch_metric_learning.cli.parsers.demo import check_output_folder
+
+    (tmp_path / "keep.txt").write_text("mine")
+    assert check_output_folder(tmp_path / "new" / "deeper") == []
+    assert check_output_folder(tmp_path) == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["keep.txt"]
 
 
 @pytest.mark.parametrize("position", ["before", "after"])

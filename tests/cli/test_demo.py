@@ -73,6 +73,7 @@ def test_summary_says_where_everything_is(quick_demo: DemoRun) -> None:
         assert path in quick_demo.out
     assert "precision_at_1" in quick_demo.out
     assert "Verification threshold" in quick_demo.out
+    assert "since pml-eval started (" in quick_demo.out  # says what the time measures
 
 
 def test_results_are_plausible(quick_demo: DemoRun) -> None:

@@ -27,7 +27,11 @@ from pytorch_metric_learning.distances import (
     LpDistance,
     SNRDistance,
 )
-from pytorch_metric_learning.errors import InvalidArgumentError, InvalidKeysError
+from pytorch_metric_learning.errors import (
+    InvalidArgumentError,
+    InvalidKeysError,
+    NotInThisLibraryError,
+)
 from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import logging_presets
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
@@ -264,7 +268,8 @@ def test_small_c_f_helpers() -> None:
 def test_the_2x_names_that_are_gone_stay_gone() -> None:
     for name in ("shift_indices_tuple", "assert_distance_type", "regex_wrapper", "exclude"):
         assert not hasattr(c_f, name)
-    with pytest.raises(ModuleNotFoundError):
+    # 2.x's distributed loss and miner wrappers: an ImportError that says why (issue 36)
+    with pytest.raises(NotInThisLibraryError, match="DistributedLossWrapper"):
         importlib.import_module("pytorch_metric_learning.utils.distributed")
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._errors import UsageError
+
+if TYPE_CHECKING:  # pathlib is imported when a check runs, not on every --help
+    from pathlib import Path
 
 __all__ = ["check_outputs"]
 
@@ -25,6 +28,8 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | 
         ...
         pytorch_metric_learning.cli._errors.UsageError: --output 'a.json' is the QUERY file ...
     """
+    from pathlib import Path
+
     files = {option: _file_of(text) for option, text in inputs.items() if text}
     for option, text in outputs.items():
         if text is None or text == "-":
@@ -45,6 +50,8 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | 
 
 def _file_of(text: str) -> Path:
     """``data.npz:query`` -> ``data.npz`` (only when the plain name does not exist)."""
+    from pathlib import Path
+
     head, sep, tail = text.rpartition(":")
     if sep and tail and not os.path.exists(text) and os.path.exists(head):
         return Path(head)

@@ -5,11 +5,9 @@ Parsing a spec needs no torch (the parsers use it); describing one loads the reg
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
-from ._versions import distribution_version
 
 __all__ = ["parse_spec", "spec_option", "describe_spec"]
 
@@ -28,6 +26,8 @@ def parse_spec(text: str, option: str) -> str | dict[str, Any]:
         raise InvalidArgumentError(f"The {option} option needs a backend name or a JSON object.")
     if not text.startswith(("{", "[", '"')):
         return text
+    import json  # only for JSON specs: not on every --help
+
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as error:
@@ -78,6 +78,7 @@ def describe_spec(spec: str | dict[str, Any] | None, kind: str, default: str) ->
         'custom'
     """
     from ..evaluation.search.registry import backend_info  # torch: only when a command runs
+    from ._versions import distribution_version  # importlib.metadata: not on the parse path
 
     name = default if spec is None else spec if isinstance(spec, str) else spec["name"]
     found = [info for info in backend_info(kind) if info.name == name]

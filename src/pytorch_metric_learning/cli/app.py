@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import logging
 import sys
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn, TextIO
@@ -46,6 +47,10 @@ EXIT_USAGE = 2
 EXIT_BACKEND = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
+
+# When pml-eval started (this module is among the first it imports): ``demo`` reports its
+# time from here, start-up included. A call of main(argv) from Python counts from the call.
+_STARTED = time.perf_counter()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -125,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         {...
         True
     """
+    started = time.perf_counter()
     args_list = list(sys.argv[1:] if argv is None else argv)
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
@@ -135,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as done:  # --help and --version
             return int(done.code or 0)
         args.argv = args_list
+        args.started = _STARTED if argv is None else started
         with _logging_to_stderr(args.verbose):
             return _run(args)
 

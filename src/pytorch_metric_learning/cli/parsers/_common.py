@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-from dataclasses import dataclass
 from typing import Callable
 
 from ..._metric_catalog import describe_families, parametrized_parts
@@ -19,7 +18,10 @@ __all__ = [
     "positive_int",
     "non_negative_int",
     "ci_level",
+    "TORCH_DEVICE_TYPES",
+    "MAX_DEVICE_INDEX",
     "device_name",
+    "device_spelling_problem",
     "metric_names",
     "check_metric_names",
     "add_bootstrap_arguments",
@@ -29,9 +31,11 @@ __all__ = [
 Check = Callable[[argparse.Namespace], None]
 
 
-@dataclass(frozen=True)
 class Deferred:
     """``args.run`` of a subcommand: run the torch-free checks, then import the work module.
+
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect``, which would slow
+    every ``--help``.
 
     Attributes:
         module: The work module under ``pytorch_metric_learning.cli`` (``"evaluate"``).
@@ -39,8 +43,14 @@ class Deferred:
             :class:`UsageError` (exit 2).
     """
 
-    module: str
-    checks: tuple[Check, ...] = ()
+    __slots__ = ("module", "checks")
+
+    def __init__(self, module: str, checks: tuple[Check, ...] = ()) -> None:
+        self.module = module
+        self.checks = checks
+
+    def __repr__(self) -> str:
+        return f"Deferred(module={self.module!r}, checks={self.checks!r})"
 
     def __call__(self, args: argparse.Namespace) -> int:
         for check in self.checks:
@@ -102,22 +112,81 @@ def ci_level(text: str) -> float:
     return value / 100
 
 
-_DEVICE = re.compile(r"[a-z][a-z0-9_]*(:[0-9]+)?")
+# The device types that torch.device(...) accepts by name (c10/core/DeviceType.cpp,
+# parse_type; "privateuseone" unless a plugin renamed it), written out so that a malformed
+# --device is refused without importing torch. tests/cli/test_device_names.py compares
+# this grammar with torch.device on generated strings.
+TORCH_DEVICE_TYPES = (
+    "cpu",
+    "cuda",
+    "ipu",
+    "xpu",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "ve",
+    "fpga",
+    "maia",
+    "xla",
+    "lazy",
+    "vulkan",
+    "mps",
+    "meta",
+    "hpu",
+    "mtia",
+    "privateuseone",
+)
+# torch keeps a device index in an int8 (it wraps larger ones): 0 to 127, no leading zeros.
+MAX_DEVICE_INDEX = 127
+_DEVICE = re.compile(r"(?P<type>[A-Za-z0-9_]+)(?::(?P<index>0|[1-9][0-9]{0,2}))?")
 
 
 def device_name(text: str) -> str:
-    """The spelling of a torch device (``cpu``, ``cuda:1``); whether this machine has it is
-    checked when the command runs, with torch.
+    """The spelling of a torch device (``cpu``, ``cuda:1``), checked without torch.
+
+    Whether this machine can compute on it (``cuda`` on a machine without CUDA) is checked
+    when the command runs, with torch. ``meta`` is refused here: it holds no values.
 
     Example:
         >>> device_name("cuda:0")
         'cuda:0'
     """
-    if not _DEVICE.fullmatch(text.strip()):
+    problem = device_spelling_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    if text.partition(":")[0] == "meta":
         raise argparse.ArgumentTypeError(
-            f"must be a torch device such as cpu or cuda:0. Got {text!r} instead"
+            f"cannot compute on {text!r}: meta tensors have shapes but no values; use cpu or cuda"
         )
-    return text.strip()
+    return text
+
+
+def device_spelling_problem(text: str) -> str:
+    """Why ``text`` is not a device string ``torch.device`` accepts, or ``""``.
+
+    Example:
+        >>> device_spelling_problem("cuda:1"), device_spelling_problem("cuda:01") != ""
+        ('', True)
+    """
+    found = _DEVICE.fullmatch(text)
+    valid = (
+        found is not None
+        and found["type"] in TORCH_DEVICE_TYPES
+        and int(found["index"] or 0) <= MAX_DEVICE_INDEX
+    )
+    if valid:
+        return ""
+    if found is not None and found["type"] not in TORCH_DEVICE_TYPES:
+        return (
+            f"must be a torch device; {found['type']!r} is not a device type (torch knows "
+            f"{', '.join(TORCH_DEVICE_TYPES)}). Got {text!r} instead"
+        )
+    return (
+        "must be a torch device TYPE or TYPE:INDEX (e.g. cpu, cuda, cuda:1, mps), with INDEX 0 "
+        f"to {MAX_DEVICE_INDEX} and no leading zeros. Got {text!r} instead"
+    )
 
 
 def check_metric_names(names: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
@@ -171,6 +240,8 @@ def add_bootstrap_arguments(parser: argparse.ArgumentParser, ci_default: float |
 
 def check_ci_options(args: argparse.Namespace) -> None:
     """Intervals are of plain averages over queries: not per class, not of class averages."""
+    if args.ci is None and args.ci_by_class:
+        raise UsageError("--ci-by-class chooses how --ci resamples; it needs --ci")
     if args.ci is not None and (args.per_class or args.avg_of_avgs):
         raise UsageError(
             "--ci gives intervals of averages over queries; it cannot be combined with "

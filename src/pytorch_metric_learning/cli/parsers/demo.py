@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import InvalidArgumentError
 from ._common import Deferred, add_command, positive_int
+
+if TYPE_CHECKING:  # pathlib is imported when the check runs, not on every --help
+    from pathlib import Path
 
 __all__ = ["MARKER", "OUTPUT_NAMES", "check_output_folder", "add_parser"]
 
@@ -28,7 +31,7 @@ OUTPUT_NAMES = (
 )
 
 
-def check_output_folder(folder: Path, overwrite: bool = False) -> list[Path]:
+def check_output_folder(folder: Path | str, overwrite: bool = False) -> list[Path]:
     """The demo's files already in ``folder``, after checking that the demo may replace them.
 
     Raises:
@@ -36,9 +39,12 @@ def check_output_folder(folder: Path, overwrite: bool = False) -> list[Path]:
             files with the demo's names but is not a demo folder and ``overwrite`` is false.
 
     Example:
-        >>> check_output_folder(Path("no-such-folder-here"))
+        >>> check_output_folder("no-such-folder-here")
         []
     """
+    from pathlib import Path
+
+    folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise InvalidArgumentError(
             f"The demo writes into a folder, but --output '{folder}' is a file. "
@@ -69,6 +75,24 @@ def _check_writable(folder: Path) -> None:
             f"--output '{folder}' cannot be written: no permission to write in '{nearest}'. "
             "Choose another --output."
         )
+    _try_a_folder_in(nearest, folder)
+
+
+def _try_a_folder_in(nearest: Path, folder: Path) -> None:
+    """Create and remove an empty folder in ``nearest``: permissions alone do not tell
+    (root may write anywhere but not into /proc; a read-only file system)."""
+    probe = nearest / f".pml-eval-demo-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except FileExistsError:  # a folder could be made there (not ours: left alone)
+        return
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise InvalidArgumentError(
+            f"--output '{folder}' cannot be created: making a folder in '{nearest}' failed "
+            f"({reason}). Choose another --output."
+        ) from None
+    probe.rmdir()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -84,9 +108,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--output", default="pml-demo", metavar="DIR", help="folder to write to (default: pml-demo)"
     )
-    parser.add_argument("--epochs", type=positive_int, default=None, help="training epochs")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument(
+        "--epochs", type=positive_int, default=None, help="training epochs (default: 20)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument("--quick", action="store_true", help="two epochs (a smoke test)")
+    length.add_argument(
+        "--quick", action="store_true", help="two epochs (a smoke test; not with --epochs)"
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--overwrite",
@@ -97,4 +126,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _output_folder(args: argparse.Namespace) -> None:
-    check_output_folder(Path(args.output), args.overwrite)
+    check_output_folder(args.output, args.overwrite)
