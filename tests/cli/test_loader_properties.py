@@ -223,3 +223,85 @@ def test_cli_deep_knn_nesting(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
     assert "--knn" in err and "nested too deeply" in err and "Traceback" not in err
+
+
+# A label cell: an integer written as one, or written as a float in one of these styles.
+_STYLES = ["int", "dot", "exp", "sci", "half"]
+
+
+def _label_cell(value: int, style: str) -> str:
+    if style == "int":
+        return str(value)
+    if style == "dot":
+        return f"{value}.0"
+    if style == "exp":
+        return f"{value}e0"
+    if style == "sci":  # every digit kept: 9007199254740993 -> 9.007199254740993e15
+        digits = str(abs(value))
+        sign = "-" if value < 0 else ""
+        return f"{sign}{digits[0]}.{digits[1:] or '0'}e{len(digits) - 1}"
+    return f"{value}.5"
+
+
+@SETTINGS
+@given(
+    cells=st.lists(
+        st.tuples(
+            st.integers(min_value=-(2**62), max_value=2**62)
+            | st.sampled_from([2**53 - 1, 2**53, 2**53 + 1, -(2**53) - 1]),
+            st.sampled_from(_STYLES),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_mixed_label_columns_follow_one_rule(tmp_path: Path, cells: list[tuple[int, str]]) -> None:
+    """Integers written as integers are exact; a float cell only if whole and <= 2^53."""
+    path = tmp_path / "l.csv"
+    path.write_text("".join(_label_cell(value, style) + "\n" for value, style in cells))
+    refused = any(
+        style == "half" or (style != "int" and abs(value) > 2**53) for value, style in cells
+    )
+    if refused:
+        with pytest.raises(InputFileError, match=re.escape(f"'{path}'") + ".*2\\^53"):
+            read_labels(path)
+    else:
+        assert read_labels(path).tolist() == [value for value, _ in cells]
+
+
+@SETTINGS
+@given(value=st.integers(min_value=-(2**60), max_value=2**60), form=st.sampled_from(["npy", "pt"]))
+def test_float_labels_follow_the_csv_rule(tmp_path: Path, value: int, form: str) -> None:
+    """A float64 label in .npy/.pt is accepted exactly when the CSV cell ``VALUE.0`` is."""
+    as_float = float(value)
+    binary = write_any(tmp_path, np.array([[as_float]]), form)
+    text = tmp_path / "l.csv"
+    text.write_text(f"{int(as_float)}.0\n")
+    if abs(int(as_float)) > 2**53:
+        for path in (binary, text):
+            with pytest.raises(InputFileError, match="2\\^53"):
+                read_labels(path)
+    else:
+        assert read_labels(binary).tolist() == read_labels(text).tolist() == [int(as_float)]
+
+
+@pytest.mark.parametrize("cell", ["１", "١", "1_000", "1_0.5"])
+def test_only_ascii_digits_are_numbers(tmp_path: Path, cell: str) -> None:
+    path = tmp_path / "l.csv"
+    path.write_text(f"0\n{cell}\n")
+    assert read_labels(path).tolist() == ["0", cell]  # names, as any non-number
+
+
+@pytest.mark.parametrize(
+    ("argv", "options"),
+    [
+        (["compare", "-", "-", "--labels", "l.npy"], "A_QUERY and B_QUERY"),
+        (["evaluate", "-", "--labels", "-"], "QUERY and --labels"),
+    ],
+)
+def test_stdin_for_one_input_only(
+    argv: list[str], options: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert options in err and "standard input" in err and "Traceback" not in err

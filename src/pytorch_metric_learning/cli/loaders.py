@@ -31,11 +31,13 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError
-from ._csv_reader import CsvError, parse_csv
+from ._csv_reader import EXACT_FLOAT, CsvError, float_label_message, parse_csv
+from ._errors import UsageError
 
 __all__ = [
     "SUFFIXES",
     "InputFileError",
+    "check_one_stdin",
     "load_array",
     "load_embeddings",
     "load_labels",
@@ -51,7 +53,6 @@ STDIN = "-"
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
 _INT64_MAX = int(np.iinfo(np.int64).max)
-_EXACT_FLOAT = 2.0**53
 _TRUE = {"true", "t", "yes", "y", "1", "1.0", "match", "same"}
 _FALSE = {"false", "f", "no", "n", "0", "0.0", "non-match", "different"}
 
@@ -90,6 +91,29 @@ def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
     except Exception as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise InputFileError(f"Cannot read the {role} file '{path}': {reason}") from error
+
+
+def check_one_stdin(options: dict[str, Any]) -> None:
+    """Refuse ``-`` (standard input) for more than one option: it can be read only once.
+
+    Args:
+        options: Each option's name (``QUERY``, ``--labels``...) and its value(s); a list
+            value counts once per ``-`` in it.
+
+    Raises:
+        UsageError: naming the options that were given ``-`` (a command-line error).
+    """
+    named = [
+        option
+        for option, value in options.items()
+        for item in (value if isinstance(value, (list, tuple)) else [value])
+        if item is not None and str(item) == STDIN
+    ]
+    if len(named) > 1:
+        raise UsageError(
+            f"'{STDIN}' (standard input) can be given for one input only; it was given for "
+            f"{' and '.join(named)}. Save all but one of them to files."
+        )
 
 
 def _open(path: Path, role: str) -> tuple[Path | IO[bytes], str]:
@@ -208,14 +232,11 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
 
 def _integral_floats(array: np.ndarray, name: str) -> np.ndarray:
     """Float labels that are whole numbers, as int64; beyond 2^53 a float is not exact."""
-    if not np.isfinite(array).all() or not np.all(array == np.round(array)):
-        raise InputFileError(f"The labels in '{name}' must be integers or names.")
-    largest = float(np.abs(array).max())
-    if largest > _EXACT_FLOAT:
-        raise InputFileError(
-            f"The labels in '{name}' must be integers or names; a float label above 2^53 "
-            f"cannot be read exactly. Got {largest:g} instead: save them as integers."
-        )
+    exact = np.isfinite(array) & (array == np.round(array))
+    exact &= np.abs(np.where(exact, array, 0)) <= EXACT_FLOAT
+    if not exact.all():
+        bad = array[~exact][0]
+        raise InputFileError(float_label_message(name, repr(float(bad))))
     return array.astype(np.int64)
 
 
