@@ -305,3 +305,30 @@ def test_stdin_for_one_input_only(
     assert main(argv) == EXIT_USAGE
     err = capsys.readouterr().err
     assert options in err and "standard input" in err and "Traceback" not in err
+
+
+@SETTINGS
+@given(
+    array=hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=4),
+        elements=st.floats(allow_nan=False, allow_infinity=False, width=64),
+    ),
+    form=st.sampled_from(["csv", "csv-header", "csv-quoted"]),
+)
+def test_csv_embeddings_equal_float64_npy(tmp_path: Path, array: np.ndarray, form: str) -> None:
+    """A CSV of decimal numbers gives the same tensor, dtype included, as a float64 .npy."""
+    if not np.any(array != np.round(array)):
+        array = array + 0.5  # a decimal cell somewhere: an all-integer CSV is an integer array
+    array = np.where(np.isfinite(array), array, 0.5)
+    csv_path = write_any(tmp_path, array, form)
+    npy_path = write_any(tmp_path, array, "npy")
+    from_csv, from_npy = load_embeddings(csv_path), load_embeddings(npy_path)
+    assert from_csv.dtype == from_npy.dtype == torch.float64
+    assert torch.equal(from_csv, from_npy)
+
+
+def test_huge_finite_csv_embeddings_stay_finite(tmp_path: Path) -> None:
+    path = tmp_path / "e.csv"
+    path.write_text("1e308,1\n3.6e38,2\n")
+    assert load_embeddings(path).tolist() == [[1e308, 1.0], [3.6e38, 2.0]]

@@ -171,7 +171,8 @@ def _sniffed(data: bytes, path: Path, role: str) -> tuple[IO[bytes], str]:
 def load_embeddings(source: str | Path) -> torch.Tensor:
     """Read a 2-D array of finite numbers as a tensor ``(rows, dims)``.
 
-    float64 arrays stay float64; CSV text and every other number type become float32.
+    float64 arrays stay float64, and so do a CSV's decimal numbers (each the float64
+    nearest its text, as ``.npy`` would hold it); every other number type becomes float32.
 
     Example:
         >>> import tempfile, numpy as np
@@ -192,8 +193,6 @@ def load_embeddings(source: str | Path) -> torch.Tensor:
     values = _as_float(array, "embeddings", name)
     if not np.isfinite(values).all():
         raise InputFileError(f"The embeddings in '{name}' contain NaN or infinite values.")
-    if _split_key(str(source))[0].suffix.lower() == ".csv":
-        values = values.astype(np.float32)
     return torch.from_numpy(values)
 
 
