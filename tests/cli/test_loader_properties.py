@@ -332,3 +332,31 @@ def test_huge_finite_csv_embeddings_stay_finite(tmp_path: Path) -> None:
     path = tmp_path / "e.csv"
     path.write_text("1e308,1\n3.6e38,2\n")
     assert load_embeddings(path).tolist() == [[1e308, 1.0], [3.6e38, 2.0]]
+
+
+_TORCH_FLOATS = [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", _TORCH_FLOATS)
+def test_pt_floats_numpy_lacks_become_float32(tmp_path: Path, dtype: torch.dtype) -> None:
+    """Every value of a bfloat16/float8 tensor is exact in float32: the oracle is .float()."""
+    tensor = torch.tensor([[0.5, -1.0], [2.0, 3.0], [0.25, 1.5]]).to(dtype)
+    path = tmp_path / "e.pt"
+    torch.save(tensor, path)
+    expected = tensor.float().numpy()
+    assert np.array_equal(load_array(path), expected)
+    assert load_embeddings(path).tolist() == expected.tolist()
+    labels = tmp_path / "l.pt"
+    torch.save(torch.tensor([0.0, 1.0, 2.0]).to(dtype), labels)
+    assert read_labels(labels).tolist() == [0, 1, 2]
+
+
+def test_pt_meta_is_refused_and_sparse_densified(tmp_path: Path) -> None:
+    meta = tmp_path / "m.pt"
+    torch.save(torch.empty(3, 2, device="meta"), meta)
+    with pytest.raises(InputFileError, match=re.escape(f"'{meta}' holds a meta tensor")):
+        load_embeddings(meta)
+    dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    sparse = tmp_path / "s.pt"
+    torch.save(dense.to_sparse(), sparse)
+    assert load_embeddings(sparse).tolist() == dense.tolist()

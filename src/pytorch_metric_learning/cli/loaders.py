@@ -231,6 +231,7 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
 
 def _integral_floats(array: np.ndarray, name: str) -> np.ndarray:
     """Float labels that are whole numbers, as int64; beyond 2^53 a float is not exact."""
+    array = array.astype(np.float64)  # holds every narrower float exactly; 2^53 fits it
     exact = np.isfinite(array) & (array == np.round(array))
     exact &= np.abs(np.where(exact, array, 0)) <= EXACT_FLOAT
     if not exact.all():
@@ -361,13 +362,35 @@ def _read_pt(source: Source, path: Path, key: str | None, role: str) -> np.ndarr
     elif key is not None:
         raise InputFileError(f"'{path}' holds one tensor, not a dict; drop ':{key}'.")
     if isinstance(content, torch.Tensor):
-        return content.detach().cpu().numpy()
+        return _tensor_values(content, path, role)
     if isinstance(content, (list, tuple)):
         return np.asarray(content)
     raise InputFileError(
         f"The {role} file '{path}' must hold a tensor or a dict of tensors. "
         f"Got {type(content).__name__} instead."
     )
+
+
+def _tensor_values(tensor: torch.Tensor, path: Path, role: str) -> np.ndarray:
+    """A saved tensor's values as NumPy holds them.
+
+    A meta tensor has no values and is refused; a sparse one is made dense (its values are
+    all there); floats NumPy has no type for (bfloat16, float8) become float32, which holds
+    each of their values exactly.
+    """
+    if tensor.is_meta:
+        raise InputFileError(
+            f"The {role} file '{path}' holds a meta tensor (a shape with no values); save "
+            "the tensor with its values."
+        )
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    if tensor.is_floating_point() and tensor.dtype not in _NUMPY_FLOATS:
+        tensor = tensor.to(torch.float32)
+    return tensor.detach().cpu().numpy()
+
+
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
 def _pick(arrays: dict[str, Any], path: Path, key: str | None, role: str) -> Any:
