@@ -360,3 +360,48 @@ def test_pt_meta_is_refused_and_sparse_densified(tmp_path: Path) -> None:
     sparse = tmp_path / "s.pt"
     torch.save(dense.to_sparse(), sparse)
     assert load_embeddings(sparse).tolist() == dense.tolist()
+
+
+def _documented_header(rows: list[list[str]], role: str) -> bool:
+    """docs/cli.md's rule, written plainly: is the first line a header?"""
+
+    def number(cell: str) -> bool:
+        return re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", cell) is not None
+
+    if any(number(cell) for cell in rows[0]):
+        return False
+    if role != "labels":
+        return True
+    rest = [cell for row in rows[1:] for cell in row]
+    usual = len(rows[0]) == 1 and rows[0][0] in {"label", "class", "target", "y", "name"}
+    return (
+        (bool(rest) and all(number(cell) for cell in rest))
+        or usual
+        or (len(rows) == 1 and len(rows[0]) > 1)
+    )
+
+
+@SETTINGS
+@given(
+    cells=st.lists(st.sampled_from(["cat", "dog", "NA", "1", "2", "label", "class"]), min_size=2)
+)
+def test_label_header_detection_follows_the_documented_rule(
+    tmp_path: Path, cells: list[str]
+) -> None:
+    """A one-column labels file keeps its first line unless docs/cli.md calls it a header."""
+    path = tmp_path / "l.csv"
+    path.write_text("\n".join(cells) + "\n")
+    rows = [[cell] for cell in cells]
+    expected = cells[1:] if _documented_header(rows, "labels") else cells
+    assert [str(label) for label in read_labels(path).tolist()] == expected
+
+
+def test_column_of_a_file_without_header_or_with_two_such_columns(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.csv"
+    plain.write_text("0.5,1\n2,3\n")
+    with pytest.raises(InputFileError, match="has no header line.*no column 'label'"):
+        read_labels(f"{plain}:label")
+    twice = tmp_path / "twice.csv"
+    twice.write_text("x,x\n1,2\n")
+    with pytest.raises(InputFileError, match="2 columns named 'x'.*ambiguous"):
+        load_array(f"{twice}:x")

@@ -67,7 +67,9 @@ def parse_csv(data: bytes, name: str, role: str, column: str | None = None) -> n
     rows = _rows(data.decode("utf-8-sig"))
     if not rows:
         raise CsvError(f"The {role} file '{name}' is empty: it has no rows of values.")
-    header = _header(rows, column is not None, role)
+    header = _header(rows, role)
+    if column is not None:
+        header = _named_header(rows, header, column, name)
     body = rows[1:] if header is not None else rows
     if not body:
         raise CsvError(
@@ -87,30 +89,53 @@ def _rows(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in row] for row in rows]
 
 
-def _header(rows: list[list[str]], required: bool, role: str) -> list[str] | None:
-    """The first row, if it is a header line; with ``required``, the first row always.
+def _header(rows: list[list[str]], role: str) -> list[str] | None:
+    """The first row, if it is a header line (the rule ``docs/cli.md`` states).
 
-    Names can be labels, so a line of names is a header over lines of numbers, or when it
-    is one usual column name; for numbers only (embeddings, scores) it always is.
+    Names can be labels, so a line of names is a header over lines that are all numbers,
+    or when it is one usual column name; for numbers only (embeddings, scores) it always is.
     """
     first = rows[0]
-    if required:
-        return first
     if any(_number(cell) for cell in first):
         return None
     if role != "labels":
         return first
     if len(rows) == 1:  # one line of names alone: a header over no rows, or one name
         return first if len(first) > 1 or first[0].lower() in HEADER_NAMES else None
-    if all(_number(cell) for cell in rows[1]):
+    if all(_number(cell) for row in rows[1:] for cell in row):
         return first
     return first if len(first) == 1 and first[0].lower() in HEADER_NAMES else None
+
+
+def _named_header(
+    rows: list[list[str]], header: list[str] | None, column: str, name: str
+) -> list[str]:
+    """The header ``FILE.csv:COLUMN`` needs: a line of names (the first, if no values)."""
+    if header is not None:
+        return header
+    if not any(_number(cell) for cell in rows[0]):
+        return rows[0]  # names over names: the first line names the columns
+    raise CsvError(
+        f"'{name}' has no header line (its first line holds values: "
+        f"{_shown(', '.join(rows[0]))}), so it has no column '{column}'; add a header line "
+        f"or drop ':{column}'."
+    )
 
 
 def _column_index(header: list[str] | None, column: str, name: str) -> int:
     if header is None or column not in header:
         raise CsvError(f"'{name}' has no column '{column}'. Its header line names: {header or []}.")
+    if header.count(column) > 1:
+        raise CsvError(
+            f"'{name}' has {header.count(column)} columns named '{column}', so '{name}:"
+            f"{column}' is ambiguous; give the columns different names."
+        )
     return header.index(column)
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text``, cut to ``limit`` characters for a message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _values(rows: list[list[str]], name: str, role: str) -> np.ndarray:
