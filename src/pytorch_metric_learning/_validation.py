@@ -25,8 +25,29 @@ __all__ = [
 def invalid(
     param: str, owner: str, expected: str, got: Any, error: type[Exception] = InvalidArgumentError
 ) -> Exception:
-    """Build the exception for a parameter that is not what ``owner`` expects."""
-    return error(f"The '{param}' parameter of {owner} must be {expected}. Got {got!r} instead.")
+    """Build the exception for a parameter that is not what ``owner`` expects.
+
+    The value is shown cut to 80 characters: a 5000-digit number is named, not echoed.
+    """
+    return error(
+        f"The '{param}' parameter of {owner} must be {expected}. Got {shown(got)} instead."
+    )
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (with its length) for a message.
+
+    Example:
+        >>> shown(10**100, limit=20)
+        '1000000000000000... (101 characters)'
+    """
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4300-digit str limit
+        return f"an int of {value.bit_length()} bits"
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 4]}... ({len(text)} characters)"
 
 
 def check_positive_int(value: Any, param: str, owner: str) -> int:

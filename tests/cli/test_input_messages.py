@@ -173,3 +173,36 @@ def test_cli_reads_a_label_column_of_a_csv(cli, tmp_path: Path) -> None:
     assert missing.code == 1
     assert "has no column 'class'" in error_line(missing.err)
     _no_traceback(missing.err)
+
+
+def test_resamples_has_an_upper_bound_named(cli) -> None:
+    result = cli("compare", "a.npy", "b.npy", "--labels", "l.npy", "--ci", "95",
+                 "--resamples", "99999999999999999999")  # fmt: skip
+    assert result.code == 2 and "--resamples" in result.err and "1000000" in result.err
+    _no_traceback(result.err)
+
+
+@pytest.mark.parametrize(
+    ("seed", "accepted"),
+    [(0, True), (2**64 - 1, True), (None, True), (-1, False), (2**64, False), (10**23, False)],
+)
+def test_kmeans_seed_range_is_named(seed: int | None, accepted: bool) -> None:
+    from pytorch_metric_learning.evaluation import TorchKMeans
+
+    if accepted:
+        TorchKMeans(seed=seed)(torch.randn(8, 2), 2)  # torch's generator takes it
+    else:
+        with pytest.raises(
+            InvalidArgumentError, match="'seed' parameter of TorchKMeans.*2\\*\\*64"
+        ):
+            TorchKMeans(seed=seed)
+
+
+def test_long_values_are_cut_in_messages() -> None:
+    from pytorch_metric_learning.evaluation import TorchKMeans
+
+    with pytest.raises(InvalidArgumentError) as raised:
+        TorchKMeans(seed=10**4000)
+    assert len(str(raised.value)) < 300 and "4001 characters" in str(raised.value)
+    with pytest.raises(InvalidArgumentError, match="an int of 16610 bits"):
+        TorchKMeans(seed=10**5000)

@@ -223,3 +223,185 @@ def test_cli_deep_knn_nesting(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
     assert "--knn" in err and "nested too deeply" in err and "Traceback" not in err
+
+
+# A label cell: an integer written as one, or written as a float in one of these styles.
+_STYLES = ["int", "dot", "exp", "sci", "half"]
+
+
+def _label_cell(value: int, style: str) -> str:
+    if style == "int":
+        return str(value)
+    if style == "dot":
+        return f"{value}.0"
+    if style == "exp":
+        return f"{value}e0"
+    if style == "sci":  # every digit kept: 9007199254740993 -> 9.007199254740993e15
+        digits = str(abs(value))
+        sign = "-" if value < 0 else ""
+        return f"{sign}{digits[0]}.{digits[1:] or '0'}e{len(digits) - 1}"
+    return f"{value}.5"
+
+
+@SETTINGS
+@given(
+    cells=st.lists(
+        st.tuples(
+            st.integers(min_value=-(2**62), max_value=2**62)
+            | st.sampled_from([2**53 - 1, 2**53, 2**53 + 1, -(2**53) - 1]),
+            st.sampled_from(_STYLES),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_mixed_label_columns_follow_one_rule(tmp_path: Path, cells: list[tuple[int, str]]) -> None:
+    """Integers written as integers are exact; a float cell only if whole and <= 2^53."""
+    path = tmp_path / "l.csv"
+    path.write_text("".join(_label_cell(value, style) + "\n" for value, style in cells))
+    refused = any(
+        style == "half" or (style != "int" and abs(value) > 2**53) for value, style in cells
+    )
+    if refused:
+        with pytest.raises(InputFileError, match=re.escape(f"'{path}'") + ".*2\\^53"):
+            read_labels(path)
+    else:
+        assert read_labels(path).tolist() == [value for value, _ in cells]
+
+
+@SETTINGS
+@given(value=st.integers(min_value=-(2**60), max_value=2**60), form=st.sampled_from(["npy", "pt"]))
+def test_float_labels_follow_the_csv_rule(tmp_path: Path, value: int, form: str) -> None:
+    """A float64 label in .npy/.pt is accepted exactly when the CSV cell ``VALUE.0`` is."""
+    as_float = float(value)
+    binary = write_any(tmp_path, np.array([[as_float]]), form)
+    text = tmp_path / "l.csv"
+    text.write_text(f"{int(as_float)}.0\n")
+    if abs(int(as_float)) > 2**53:
+        for path in (binary, text):
+            with pytest.raises(InputFileError, match="2\\^53"):
+                read_labels(path)
+    else:
+        assert read_labels(binary).tolist() == read_labels(text).tolist() == [int(as_float)]
+
+
+@pytest.mark.parametrize("cell", ["１", "١", "1_000", "1_0.5"])
+def test_only_ascii_digits_are_numbers(tmp_path: Path, cell: str) -> None:
+    path = tmp_path / "l.csv"
+    path.write_text(f"0\n{cell}\n")
+    assert read_labels(path).tolist() == ["0", cell]  # names, as any non-number
+
+
+@pytest.mark.parametrize(
+    ("argv", "options"),
+    [
+        (["compare", "-", "-", "--labels", "l.npy"], "A_QUERY and B_QUERY"),
+        (["evaluate", "-", "--labels", "-"], "QUERY and --labels"),
+    ],
+)
+def test_stdin_for_one_input_only(
+    argv: list[str], options: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert options in err and "standard input" in err and "Traceback" not in err
+
+
+@SETTINGS
+@given(
+    array=hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=4),
+        elements=st.floats(allow_nan=False, allow_infinity=False, width=64),
+    ),
+    form=st.sampled_from(["csv", "csv-header", "csv-quoted"]),
+)
+def test_csv_embeddings_equal_float64_npy(tmp_path: Path, array: np.ndarray, form: str) -> None:
+    """A CSV of decimal numbers gives the same tensor, dtype included, as a float64 .npy."""
+    if not np.any(array != np.round(array)):
+        array = array + 0.5  # a decimal cell somewhere: an all-integer CSV is an integer array
+    array = np.where(np.isfinite(array), array, 0.5)
+    csv_path = write_any(tmp_path, array, form)
+    npy_path = write_any(tmp_path, array, "npy")
+    from_csv, from_npy = load_embeddings(csv_path), load_embeddings(npy_path)
+    assert from_csv.dtype == from_npy.dtype == torch.float64
+    assert torch.equal(from_csv, from_npy)
+
+
+def test_huge_finite_csv_embeddings_stay_finite(tmp_path: Path) -> None:
+    path = tmp_path / "e.csv"
+    path.write_text("1e308,1\n3.6e38,2\n")
+    assert load_embeddings(path).tolist() == [[1e308, 1.0], [3.6e38, 2.0]]
+
+
+_TORCH_FLOATS = [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", _TORCH_FLOATS)
+def test_pt_floats_numpy_lacks_become_float32(tmp_path: Path, dtype: torch.dtype) -> None:
+    """Every value of a bfloat16/float8 tensor is exact in float32: the oracle is .float()."""
+    tensor = torch.tensor([[0.5, -1.0], [2.0, 3.0], [0.25, 1.5]]).to(dtype)
+    path = tmp_path / "e.pt"
+    torch.save(tensor, path)
+    expected = tensor.float().numpy()
+    assert np.array_equal(load_array(path), expected)
+    assert load_embeddings(path).tolist() == expected.tolist()
+    labels = tmp_path / "l.pt"
+    torch.save(torch.tensor([0.0, 1.0, 2.0]).to(dtype), labels)
+    assert read_labels(labels).tolist() == [0, 1, 2]
+
+
+def test_pt_meta_is_refused_and_sparse_densified(tmp_path: Path) -> None:
+    meta = tmp_path / "m.pt"
+    torch.save(torch.empty(3, 2, device="meta"), meta)
+    with pytest.raises(InputFileError, match=re.escape(f"'{meta}' holds a meta tensor")):
+        load_embeddings(meta)
+    dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    sparse = tmp_path / "s.pt"
+    torch.save(dense.to_sparse(), sparse)
+    assert load_embeddings(sparse).tolist() == dense.tolist()
+
+
+def _documented_header(rows: list[list[str]], role: str) -> bool:
+    """docs/cli.md's rule, written plainly: is the first line a header?"""
+
+    def number(cell: str) -> bool:
+        return re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", cell) is not None
+
+    if any(number(cell) for cell in rows[0]):
+        return False
+    if role != "labels":
+        return True
+    rest = [cell for row in rows[1:] for cell in row]
+    usual = len(rows[0]) == 1 and rows[0][0] in {"label", "class", "target", "y", "name"}
+    return (
+        (bool(rest) and all(number(cell) for cell in rest))
+        or usual
+        or (len(rows) == 1 and len(rows[0]) > 1)
+    )
+
+
+@SETTINGS
+@given(
+    cells=st.lists(st.sampled_from(["cat", "dog", "NA", "1", "2", "label", "class"]), min_size=2)
+)
+def test_label_header_detection_follows_the_documented_rule(
+    tmp_path: Path, cells: list[str]
+) -> None:
+    """A one-column labels file keeps its first line unless docs/cli.md calls it a header."""
+    path = tmp_path / "l.csv"
+    path.write_text("\n".join(cells) + "\n")
+    rows = [[cell] for cell in cells]
+    expected = cells[1:] if _documented_header(rows, "labels") else cells
+    assert [str(label) for label in read_labels(path).tolist()] == expected
+
+
+def test_column_of_a_file_without_header_or_with_two_such_columns(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.csv"
+    plain.write_text("0.5,1\n2,3\n")
+    with pytest.raises(InputFileError, match="has no header line.*no column 'label'"):
+        read_labels(f"{plain}:label")
+    twice = tmp_path / "twice.csv"
+    twice.write_text("x,x\n1,2\n")
+    with pytest.raises(InputFileError, match="2 columns named 'x'.*ambiguous"):
+        load_array(f"{twice}:x")

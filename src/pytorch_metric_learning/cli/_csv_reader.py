@@ -2,9 +2,12 @@
 
 Integer cells are parsed as Python integers (never through ``float``), so labels above
 2^53 stay distinct; they become int64, or uint64 when they all fit it but not int64, and
-a cell outside both is refused. Any other number cell makes the whole file float64
-(``inf`` and ``nan`` included, which the loaders then refuse as they refuse them in
-``.npy``). A first line of names over lines of numbers, or a first line whose one cell is
+a cell outside both is refused. For labels, a float cell counts only when its decimal
+text is a whole number no larger than 2^53 in magnitude (the rule ``.npy`` and ``.pt``
+float labels follow), so one ``1.0`` never turns the other cells into floats. For
+embeddings and scores, any other number cell makes the whole file float64 (``inf`` and
+``nan`` included, which the loaders then refuse as they refuse them in ``.npy``). Only
+ASCII digits are digits: ``1_000`` and non-ASCII digits are names, not numbers. A first line of names over lines of numbers, or a first line whose one cell is
 a usual column name (``label``, ``class``, ...), is a header; ``FILE.csv:COLUMN`` picks a
 column by its header name.
 """
@@ -14,12 +17,13 @@ from __future__ import annotations
 import csv
 import io
 import re
+from fractions import Fraction
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["CsvError", "parse_csv"]
+__all__ = ["CsvError", "EXACT_FLOAT", "float_label_message", "parse_csv"]
 
 # A one-column file of names whose first line is one of these is read as having a header.
 HEADER_NAMES = frozenset(
@@ -27,6 +31,13 @@ HEADER_NAMES = frozenset(
     | {"category", "id", "ids", "embeddings", "scores", "score", "pair", "pairs"}
 )
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+# ASCII digits only: Python's float() and int() also take "1_000" and non-ASCII digits.
+_NUMBER = re.compile(
+    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+    re.IGNORECASE,
+)
+# A float label is exact only up to 2^53 (float64's 53-bit significand).
+EXACT_FLOAT = 2**53
 _INT64 = np.iinfo(np.int64)
 _UINT64 = np.iinfo(np.uint64)
 
@@ -56,7 +67,9 @@ def parse_csv(data: bytes, name: str, role: str, column: str | None = None) -> n
     rows = _rows(data.decode("utf-8-sig"))
     if not rows:
         raise CsvError(f"The {role} file '{name}' is empty: it has no rows of values.")
-    header = _header(rows, column is not None, role)
+    header = _header(rows, role)
+    if column is not None:
+        header = _named_header(rows, header, column, name)
     body = rows[1:] if header is not None else rows
     if not body:
         raise CsvError(
@@ -76,30 +89,53 @@ def _rows(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in row] for row in rows]
 
 
-def _header(rows: list[list[str]], required: bool, role: str) -> list[str] | None:
-    """The first row, if it is a header line; with ``required``, the first row always.
+def _header(rows: list[list[str]], role: str) -> list[str] | None:
+    """The first row, if it is a header line (the rule ``docs/cli.md`` states).
 
-    Names can be labels, so a line of names is a header over lines of numbers, or when it
-    is one usual column name; for numbers only (embeddings, scores) it always is.
+    Names can be labels, so a line of names is a header over lines that are all numbers,
+    or when it is one usual column name; for numbers only (embeddings, scores) it always is.
     """
     first = rows[0]
-    if required:
-        return first
     if any(_number(cell) for cell in first):
         return None
     if role != "labels":
         return first
     if len(rows) == 1:  # one line of names alone: a header over no rows, or one name
         return first if len(first) > 1 or first[0].lower() in HEADER_NAMES else None
-    if all(_number(cell) for cell in rows[1]):
+    if all(_number(cell) for row in rows[1:] for cell in row):
         return first
     return first if len(first) == 1 and first[0].lower() in HEADER_NAMES else None
+
+
+def _named_header(
+    rows: list[list[str]], header: list[str] | None, column: str, name: str
+) -> list[str]:
+    """The header ``FILE.csv:COLUMN`` needs: a line of names (the first, if no values)."""
+    if header is not None:
+        return header
+    if not any(_number(cell) for cell in rows[0]):
+        return rows[0]  # names over names: the first line names the columns
+    raise CsvError(
+        f"'{name}' has no header line (its first line holds values: "
+        f"{_shown(', '.join(rows[0]))}), so it has no column '{column}'; add a header line "
+        f"or drop ':{column}'."
+    )
 
 
 def _column_index(header: list[str] | None, column: str, name: str) -> int:
     if header is None or column not in header:
         raise CsvError(f"'{name}' has no column '{column}'. Its header line names: {header or []}.")
+    if header.count(column) > 1:
+        raise CsvError(
+            f"'{name}' has {header.count(column)} columns named '{column}', so '{name}:"
+            f"{column}' is ambiguous; give the columns different names."
+        )
     return header.index(column)
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text``, cut to ``limit`` characters for a message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _values(rows: list[list[str]], name: str, role: str) -> np.ndarray:
@@ -109,6 +145,8 @@ def _values(rows: list[list[str]], name: str, role: str) -> np.ndarray:
         return np.array(cells, dtype=str).reshape(shape)
     if all(_INTEGER.fullmatch(cell) for cell in cells):
         return _integers([int(cell) for cell in cells], name, role).reshape(shape)
+    if role == "labels":
+        return _integers([_integral(cell, name) for cell in cells], name, role).reshape(shape)
     return np.array([float(cell) for cell in cells], dtype=np.float64).reshape(shape)
 
 
@@ -125,9 +163,31 @@ def _integers(values: list[int], name: str, role: str) -> np.ndarray:
     )
 
 
-def _number(cell: str) -> bool:
+def _integral(cell: str, name: str) -> int:
+    """A label cell's exact integer: written as one, or a float that is one up to 2^53.
+
+    The decimal text is read exactly (``Fraction``), so ``9.007199254740993e15`` is
+    refused rather than rounded to its neighbour, and the rule matches ``.npy``/``.pt``.
+    """
+    if _INTEGER.fullmatch(cell):
+        return int(cell)
     try:
-        float(cell)
-    except ValueError:
-        return False
-    return bool(cell)
+        value = Fraction(cell)
+    except (ValueError, OverflowError):  # inf, nan
+        raise CsvError(float_label_message(name, cell)) from None
+    if value.denominator != 1 or abs(value) > EXACT_FLOAT:
+        raise CsvError(float_label_message(name, cell))
+    return int(value)
+
+
+def float_label_message(name: str, value: object) -> str:
+    """The one message for a float label that is not an exact integer, for every format."""
+    return (
+        f"The labels in '{name}' must be integers or names; a float label must be a whole "
+        f"number no larger than 2^53 in magnitude (beyond it a float is not exact). "
+        f"Got {value} instead."
+    )
+
+
+def _number(cell: str) -> bool:
+    return _NUMBER.fullmatch(cell) is not None

@@ -22,6 +22,7 @@ from .evaluate import (
     load_inputs,
     resolve_device,
 )
+from .loaders import check_one_stdin
 from .parsers.compare import COMPARED_METRICS, check_references, input_files
 
 __all__ = ["COMPARED_METRICS", "run"]
@@ -30,6 +31,15 @@ __all__ = ["COMPARED_METRICS", "run"]
 def run(args: argparse.Namespace) -> int:
     """Score both models, compare them, print a table and/or write JSON; return 0."""
     check_references(args)
+    check_one_stdin(
+        {
+            "A_QUERY": args.a_query,
+            "B_QUERY": args.b_query,
+            "--labels": args.labels,
+            "--reference": args.reference,
+            "--reference-labels": args.reference_labels,
+        }
+    )
     check_outputs({"--output": args.output}, input_files(args))
     args.device = resolve_device(args.device)
     models = {name: _model_args(args, name) for name in ("a", "b")}

@@ -28,7 +28,7 @@ from ._output import format_table, write_results
 from ._paths import check_outputs
 from ._specs import describe_spec
 from ._versions import environment_versions
-from .loaders import encode_labels, load_embeddings, read_labels
+from .loaders import check_one_stdin, encode_labels, load_embeddings, read_labels
 from .parsers._common import check_ci_options
 from .parsers.evaluate import check_reference_options, input_files
 
@@ -62,6 +62,14 @@ class EvaluationInputs:
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     """Read and cross-check the query, reference and label files named by ``args``."""
     check_reference_options(args)
+    check_one_stdin(
+        {
+            "QUERY": args.query,
+            "--labels": args.labels,
+            "--reference": args.reference,
+            "--reference-labels": args.reference_labels,
+        }
+    )
     query = load_embeddings(args.query)
     raw = [read_labels(args.labels, num_rows=len(query))]
     reference = None

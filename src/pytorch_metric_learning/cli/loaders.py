@@ -31,11 +31,13 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError
-from ._csv_reader import CsvError, parse_csv
+from ._csv_reader import EXACT_FLOAT, CsvError, float_label_message, parse_csv
+from ._errors import UsageError
 
 __all__ = [
     "SUFFIXES",
     "InputFileError",
+    "check_one_stdin",
     "load_array",
     "load_embeddings",
     "load_labels",
@@ -51,7 +53,6 @@ STDIN = "-"
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
 _INT64_MAX = int(np.iinfo(np.int64).max)
-_EXACT_FLOAT = 2.0**53
 _TRUE = {"true", "t", "yes", "y", "1", "1.0", "match", "same"}
 _FALSE = {"false", "f", "no", "n", "0", "0.0", "non-match", "different"}
 
@@ -90,6 +91,29 @@ def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
     except Exception as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise InputFileError(f"Cannot read the {role} file '{path}': {reason}") from error
+
+
+def check_one_stdin(options: dict[str, Any]) -> None:
+    """Refuse ``-`` (standard input) for more than one option: it can be read only once.
+
+    Args:
+        options: Each option's name (``QUERY``, ``--labels``...) and its value(s); a list
+            value counts once per ``-`` in it.
+
+    Raises:
+        UsageError: naming the options that were given ``-`` (a command-line error).
+    """
+    named = [
+        option
+        for option, value in options.items()
+        for item in (value if isinstance(value, (list, tuple)) else [value])
+        if item is not None and str(item) == STDIN
+    ]
+    if len(named) > 1:
+        raise UsageError(
+            f"'{STDIN}' (standard input) can be given for one input only; it was given for "
+            f"{' and '.join(named)}. Save all but one of them to files."
+        )
 
 
 def _open(path: Path, role: str) -> tuple[Path | IO[bytes], str]:
@@ -147,7 +171,8 @@ def _sniffed(data: bytes, path: Path, role: str) -> tuple[IO[bytes], str]:
 def load_embeddings(source: str | Path) -> torch.Tensor:
     """Read a 2-D array of finite numbers as a tensor ``(rows, dims)``.
 
-    float64 arrays stay float64; CSV text and every other number type become float32.
+    float64 arrays stay float64, and so do a CSV's decimal numbers (each the float64
+    nearest its text, as ``.npy`` would hold it); every other number type becomes float32.
 
     Example:
         >>> import tempfile, numpy as np
@@ -168,8 +193,6 @@ def load_embeddings(source: str | Path) -> torch.Tensor:
     values = _as_float(array, "embeddings", name)
     if not np.isfinite(values).all():
         raise InputFileError(f"The embeddings in '{name}' contain NaN or infinite values.")
-    if _split_key(str(source))[0].suffix.lower() == ".csv":
-        values = values.astype(np.float32)
     return torch.from_numpy(values)
 
 
@@ -208,14 +231,12 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
 
 def _integral_floats(array: np.ndarray, name: str) -> np.ndarray:
     """Float labels that are whole numbers, as int64; beyond 2^53 a float is not exact."""
-    if not np.isfinite(array).all() or not np.all(array == np.round(array)):
-        raise InputFileError(f"The labels in '{name}' must be integers or names.")
-    largest = float(np.abs(array).max())
-    if largest > _EXACT_FLOAT:
-        raise InputFileError(
-            f"The labels in '{name}' must be integers or names; a float label above 2^53 "
-            f"cannot be read exactly. Got {largest:g} instead: save them as integers."
-        )
+    array = array.astype(np.float64)  # holds every narrower float exactly; 2^53 fits it
+    exact = np.isfinite(array) & (array == np.round(array))
+    exact &= np.abs(np.where(exact, array, 0)) <= EXACT_FLOAT
+    if not exact.all():
+        bad = array[~exact][0]
+        raise InputFileError(float_label_message(name, repr(float(bad))))
     return array.astype(np.int64)
 
 
@@ -341,13 +362,35 @@ def _read_pt(source: Source, path: Path, key: str | None, role: str) -> np.ndarr
     elif key is not None:
         raise InputFileError(f"'{path}' holds one tensor, not a dict; drop ':{key}'.")
     if isinstance(content, torch.Tensor):
-        return content.detach().cpu().numpy()
+        return _tensor_values(content, path, role)
     if isinstance(content, (list, tuple)):
         return np.asarray(content)
     raise InputFileError(
         f"The {role} file '{path}' must hold a tensor or a dict of tensors. "
         f"Got {type(content).__name__} instead."
     )
+
+
+def _tensor_values(tensor: torch.Tensor, path: Path, role: str) -> np.ndarray:
+    """A saved tensor's values as NumPy holds them.
+
+    A meta tensor has no values and is refused; a sparse one is made dense (its values are
+    all there); floats NumPy has no type for (bfloat16, float8) become float32, which holds
+    each of their values exactly.
+    """
+    if tensor.is_meta:
+        raise InputFileError(
+            f"The {role} file '{path}' holds a meta tensor (a shape with no values); save "
+            "the tensor with its values."
+        )
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    if tensor.is_floating_point() and tensor.dtype not in _NUMPY_FLOATS:
+        tensor = tensor.to(torch.float32)
+    return tensor.detach().cpu().numpy()
+
+
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
 def _pick(arrays: dict[str, Any], path: Path, key: str | None, role: str) -> Any:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from pytorch_metric_learning.errors import InvalidTypeError
 from pytorch_metric_learning.evaluation import (
     AccuracyCalculator,
     ConfidenceInterval,
@@ -209,3 +210,28 @@ def test_equal_metrics_get_equal_intervals():
     per_query = calc.get_accuracy(x, y, return_per_query=True)["per_query"]
     intervals = bootstrap_intervals(per_query, seed=3)
     assert intervals["precision_at_1"] == intervals["recall_at_1"]
+
+
+_PLAIN = torch.tensor([1.0, 0.0, 1.0, 1.0])
+_GROUPS = torch.tensor([0, 0, 1, 1])
+_ODD = {
+    "meta": lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"),
+    "sparse": lambda t: t.to_sparse(),
+    "complex": lambda t: t.to(torch.complex64),
+}
+# Every tensor parameter of every public function that takes raw tensors.
+_CALLS = {
+    ("bootstrap_interval", "values"): lambda odd: bootstrap_interval(odd),
+    ("bootstrap_interval", "groups"): lambda odd: bootstrap_interval(_PLAIN, groups=odd),
+    ("paired_bootstrap", "values_a"): lambda odd: paired_bootstrap(odd, _PLAIN),
+    ("paired_bootstrap", "values_b"): lambda odd: paired_bootstrap(_PLAIN, odd),
+    ("paired_bootstrap", "groups"): lambda odd: paired_bootstrap(_PLAIN, _PLAIN, groups=odd),
+}
+
+
+@pytest.mark.parametrize("what", sorted(_ODD))
+@pytest.mark.parametrize(("owner", "param"), sorted(_CALLS))
+def test_odd_tensors_are_refused_up_front(owner: str, param: str, what: str) -> None:
+    plain = _GROUPS if param == "groups" else _PLAIN
+    with pytest.raises(InvalidTypeError, match=f"'{param}' parameter of {owner}.*{what}"):
+        _CALLS[(owner, param)](_ODD[what](plain))

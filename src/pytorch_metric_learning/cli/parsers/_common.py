@@ -94,6 +94,30 @@ positive_int = int_at_least(1, "a positive int")
 non_negative_int = int_at_least(0, "a non-negative int")
 
 
+# More resamples than this add no precision a percentile can show and would take
+# num_resamples x queries memory; the API has no bound, the command line names one.
+MAX_RESAMPLES = 1_000_000
+
+
+def resamples_count(text: str) -> int:
+    """An argparse ``type`` for ``--resamples``: an int from 1 to ``MAX_RESAMPLES``.
+
+    Example:
+        >>> resamples_count("2000")
+        2000
+    """
+    value = positive_int(text)
+    if value > MAX_RESAMPLES:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive int of at most {MAX_RESAMPLES}. Got {_cut(text)} instead"
+        )
+    return value
+
+
+def _cut(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 def ci_level(text: str) -> float:
     """A confidence level given in percent, e.g. ``95``, as a fraction.
 
@@ -231,7 +255,10 @@ def add_bootstrap_arguments(parser: argparse.ArgumentParser, ci_default: float |
         help="resample whole classes instead of queries (queries of a class are correlated)",
     )
     parser.add_argument(
-        "--resamples", type=positive_int, default=1000, help="bootstrap resamples (default: 1000)"
+        "--resamples",
+        type=resamples_count,
+        default=1000,
+        help=f"bootstrap resamples, at most {MAX_RESAMPLES:,} (default: 1000)",
     )
     parser.add_argument(
         "--seed", type=non_negative_int, default=0, help="bootstrap seed (default: 0)"

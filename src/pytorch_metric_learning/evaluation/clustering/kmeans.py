@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from ..._validation import check_embeddings, check_positive_int
+from ..._validation import check_embeddings, check_positive_int, invalid
 from ...errors import InvalidArgumentError
 from ._lloyd import LocalReducer, Options, check_seed, checked_options, kmeans
+
+_SEED_MAX = 2**64 - 1
 
 __all__ = ["TorchKMeans"]
 
@@ -74,6 +76,9 @@ class TorchKMeans:
         self.init_size = options.init_size
         self.max_points_per_centroid = options.max_points_per_centroid
         self.seed = check_seed(seed, "TorchKMeans")
+        if self.seed is not None and not 0 <= self.seed <= _SEED_MAX:
+            # torch.Generator.manual_seed takes a uint64; NumPy's generators no negative seed
+            raise invalid("seed", "TorchKMeans", "None or an int from 0 to 2**64 - 1", seed)
 
     def __repr__(self) -> str:
         return (

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._validation import invalid
+from ..._validation import check_plain_tensor, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ._per_query import PerQueryValues
 
@@ -342,6 +342,7 @@ def _values_matrix(values: Mapping[str, Any], owner: str) -> torch.Tensor:
     for param, vector in values.items():
         if not isinstance(vector, torch.Tensor):
             raise invalid(param, owner, "a torch.Tensor", type(vector).__name__, InvalidTypeError)
+        check_plain_tensor(vector, param, owner)
         if vector.ndim != 1:
             raise invalid(param, owner, "a 1-D tensor of per-query values", tuple(vector.shape))
         if not bool(torch.isfinite(vector).all()):
@@ -414,6 +415,7 @@ def _class_groups(per_query: PerQueryValues) -> torch.Tensor:
 def _group_ids(groups: Any, length: int, owner: str) -> torch.Tensor | None:
     if groups is None:
         return None
+    check_plain_tensor(groups, "groups", owner)
     if not isinstance(groups, torch.Tensor) or groups.is_floating_point() or groups.ndim != 1:
         raise invalid("groups", owner, "None or a 1-D integer tensor", groups, InvalidTypeError)
     if len(groups) != length:

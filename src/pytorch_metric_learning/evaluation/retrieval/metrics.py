@@ -179,7 +179,7 @@ def ndcg_at_k(relevance: torch.Tensor, num_relevant: torch.Tensor, k: int) -> to
     columns = max(top.shape[1], longest)
     ranks = torch.arange(2, columns + 2, device=top.device, dtype=torch.float64)
     discounts = 1.0 / torch.log2(ranks)
-    gains = (top.to(torch.float64) * discounts[: top.shape[1]]).sum(dim=1)
+    gains = row_sums(top.to(torch.float64) * discounts[: top.shape[1]])
     ideal = discounts.cumsum(dim=0)[(ideal_length - 1).clamp(min=0)]
     return gains / ideal
 
@@ -272,5 +272,17 @@ def _summed_precision(counted: torch.Tensor) -> torch.Tensor:
     for start in range(0, len(counted), rows):
         block = counted[start : start + rows]
         hits_so_far = block.cumsum(dim=1, dtype=torch.float64)
-        sums[start : start + rows] = hits_so_far.div_(ranks).mul_(block).sum(dim=1)
+        sums[start : start + rows] = row_sums(hits_so_far.div_(ranks).mul_(block))
     return sums
+
+
+def row_sums(values: torch.Tensor) -> torch.Tensor:
+    """Each row's sum, added left to right in one fixed order.
+
+    ``Tensor.sum`` groups its terms by the row's width (vector lanes, pairwise blocks), so
+    trailing zero columns could change the last bit; a running sum does not, which keeps
+    a metric's value independent of how many neighbours were searched for other metrics.
+    """
+    if values.shape[1] == 0:
+        return torch.zeros(len(values), dtype=values.dtype, device=values.device)
+    return values.cumsum(dim=1)[:, -1]
