@@ -261,3 +261,19 @@ def test_a_threshold_with_false_matches_is_drawn_where_it_is(
     # decided: 0.9 0.8 0.7 0.6 -> 1 of the 4 non-matches, 3 of the 4 matches
     assert (dot.get_xdata()[0], dot.get_ydata()[0]) == (0.25, 0.75)
     assert dot.get_label() == "threshold"
+
+
+def test_training_curves_take_the_hooks_full_histories(tmp_path: Path) -> None:
+    """Every column the hooks return: 2.x's ``~iteration~``, the best-epoch summaries."""
+    from pytorch_metric_learning.utils import logging_presets
+
+    record_keeper, _, _ = logging_presets.get_record_keeper(str(tmp_path / "logs"))
+    hooks = logging_presets.get_hook_container(record_keeper)
+    for step in (1, 2):
+        record_keeper.update_records({"total_loss": 1.0 / step}, step, "loss_histories")
+    record_keeper.save_records()
+    losses = hooks.get_loss_history()
+    assert "~iteration~" in losses
+    accuracies = {"epoch": [1, 2], "best_epoch": 2, "best_accuracy": 0.8, "p": [0.4, 0.8]}
+    assert_png(plots.plot_training_curves(losses, accuracies, tmp_path / "c.png"))
+    record_keeper.close()

@@ -55,9 +55,10 @@ def plot_training_curves(
 
     Args:
         loss_history: ``{"iteration": [...], <loss name>: [...], ...}``, as returned by
-            ``HookContainer.get_loss_history()``.
+            ``HookContainer.get_loss_history()`` (2.x's ``"~iteration~"`` is not drawn).
         accuracy_history: ``{"epoch": [...], <metric key>: [...], ...}``, as returned by
-            ``HookContainer.get_accuracy_history(tester, "val", return_all_metrics=True)``.
+            ``HookContainer.get_accuracy_history(tester, "val", return_all_metrics=True)``
+            (its ``best_epoch``/``best_accuracy`` summaries are not drawn as series).
         path: The PNG file to write (parent folders are created).
         best_epoch: If given, marked with a vertical line on the metrics panel.
         title: The figure's title.
@@ -368,12 +369,16 @@ def _det_point_label(point: tuple[float, float]) -> str:
     return f"threshold ({' and '.join(zero)} rate 0, at the edge)" if zero else "threshold"
 
 
+# Columns of the hooks' histories that are steps or summaries, not series to draw.
+_BOOKKEEPING = frozenset({"iteration", "~iteration~", "epoch", "best_epoch", "best_accuracy"})
+
+
 def _draw_series(
     axes: Axes, history: Mapping[str, Sequence[float]], x_key: str, y_label: str
 ) -> None:
     x = list(history.get(x_key, []))
     for name, values in history.items():
-        if name != x_key:
+        if name != x_key and name not in _BOOKKEEPING:
             axes.plot(
                 x,
                 list(values),

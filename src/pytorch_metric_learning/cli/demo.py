@@ -450,7 +450,7 @@ def _draw(
     from .. import plots
 
     files["training_curves"] = plots.plot_training_curves(
-        hooks.get_loss_history(["total_loss"]),
+        hooks.get_loss_history(["iteration", "total_loss"]),
         hooks.get_accuracy_history(tester, "val", return_all_metrics=True),
         output / "plots" / "training_curves.png",
         best_epoch=best_epoch,
