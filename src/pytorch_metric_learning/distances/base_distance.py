@@ -278,6 +278,19 @@ class BaseDistance(torch.nn.Module):
         _records.reset_stats(self)
 
 
+def check_not_inverted(distance: BaseDistance, owner: str) -> None:
+    """Raise ``InvalidArgumentError`` if ``distance`` was built with ``is_inverted=True``.
+
+    For the distances (``owner``: the class name for the message) that only measure how far
+    apart rows are, where a similarity reading would turn every ranking upside down.
+    """
+    if distance.is_inverted:
+        raise InvalidArgumentError(
+            f"The 'is_inverted' parameter of {owner} must be False (smaller is closer). "
+            "Got True instead."
+        )
+
+
 def _collect_stats_flag(collect_stats: bool | None, owner: str) -> bool:
     if collect_stats is None:
         # Read lazily, without importing utils: 2.x code sets c_f.COLLECT_STATS = True.

@@ -6,9 +6,8 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidArgumentError
 from ._zero_safe import zero_safe_power, zero_safe_sqrt
-from .base_distance import BaseDistance
+from .base_distance import BaseDistance, check_not_inverted
 
 __all__ = ["LpDistance"]
 
@@ -25,11 +24,7 @@ class LpDistance(BaseDistance):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if self.is_inverted:
-            raise InvalidArgumentError(
-                "The 'is_inverted' parameter of LpDistance must be False (smaller is closer). "
-                "Got True instead."
-            )
+        check_not_inverted(self, "LpDistance")
 
     def compute_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
         if self.p == 2:

@@ -6,8 +6,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidArgumentError
-from .base_distance import BaseDistance
+from .base_distance import BaseDistance, check_not_inverted
 
 __all__ = ["SNRDistance"]
 
@@ -28,11 +27,7 @@ class SNRDistance(BaseDistance):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if self.is_inverted:
-            raise InvalidArgumentError(
-                "The 'is_inverted' parameter of SNRDistance must be False (smaller is closer). "
-                "Got True instead."
-            )
+        check_not_inverted(self, "SNRDistance")
 
     def compute_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
         query_centered = query - query.mean(dim=1, keepdim=True)
