@@ -144,31 +144,36 @@ def _offer_row(
     return filled, limit
 
 
+@_inline
+def _offer_rows(
+    tile: np.ndarray, i0: int, i1: int, values: np.ndarray, indices: np.ndarray,
+    count: np.ndarray, bound: np.ndarray, k: int, first_row: int, first_index: int,
+    scratch: np.ndarray, ties: np.ndarray, minima: np.ndarray,
+) -> None:  # fmt: skip
+    """Offer row ``i`` of ``tile`` (``i0 <= i < i1``) to row ``first_row + i``."""
+    for i in range(i0, i1):
+        r = first_row + i
+        count[r], bound[r] = _offer_row(
+            tile[i], values[r], indices[r], count[r], bound[r], k, first_index,
+            scratch, ties, minima,
+        )  # fmt: skip
+
+
 @_jit
 def push_rows(
-    tile: np.ndarray,
-    values: np.ndarray,
-    indices: np.ndarray,
-    count: np.ndarray,
-    bound: np.ndarray,
-    k: int,
-    first_row: int,
-    first_index: int,
-    start: int,
-    stop: int,
-) -> None:
+    tile: np.ndarray, values: np.ndarray, indices: np.ndarray, count: np.ndarray,
+    bound: np.ndarray, k: int, first_row: int, first_index: int, start: int, stop: int,
+) -> None:  # fmt: skip
     """Offer row ``i`` of ``tile`` (``start <= i < stop``) to row ``first_row + i``."""
     width = tile.shape[1]
     capacity = values.shape[1]
     scratch = np.empty(max(capacity, width), np.float32)
     ties = np.empty(capacity, np.int32)
     minima = np.empty(width, np.float32)
-    for i in range(start, stop):
-        r = first_row + i
-        count[r], bound[r] = _offer_row(
-            tile[i], values[r], indices[r], count[r], bound[r], k, first_index,
-            scratch, ties, minima,
-        )  # fmt: skip
+    _offer_rows(
+        tile, start, stop, values, indices, count, bound, k, first_row, first_index,
+        scratch, ties, minima,
+    )  # fmt: skip
 
 
 @_inline
@@ -292,20 +297,11 @@ def _offer_columns(
 
 @_jit
 def push_columns(
-    tile: np.ndarray,
-    values: np.ndarray,
-    indices: np.ndarray,
-    count: np.ndarray,
-    bound: np.ndarray,
-    k: int,
-    first_row: int,
-    first_index: int,
-    start: int,
-    stop: int,
-) -> None:
+    tile: np.ndarray, values: np.ndarray, indices: np.ndarray, count: np.ndarray, bound: np.ndarray,
+    k: int, first_row: int, first_index: int, start: int, stop: int,
+) -> None:  # fmt: skip
     """Offer column ``j`` of ``tile`` (``start <= j < stop``) to row ``first_row + j``."""
-    height = tile.shape[0]
-    capacity = values.shape[1]
+    height, capacity = tile.shape[0], values.shape[1]
     scratch = np.empty(max(capacity, height), np.float32)
     ties = np.empty(capacity, np.int32)
     low = np.empty(stop - start, np.float32)
@@ -361,12 +357,10 @@ def push_both(
             column_index, start, stop, low, limit, scratch, ties,
         )  # fmt: skip
         if offer_rows:
-            for i in range(i0, i1):
-                r = first_row + i
-                count[r], bound[r] = _offer_row(
-                    tile[i], values[r], row_indices[r], count[r], bound[r], k, row_index,
-                    scratch, ties, minima,
-                )  # fmt: skip
+            _offer_rows(
+                tile, i0, i1, values, row_indices, count, bound, k, first_row, row_index,
+                scratch, ties, minima,
+            )  # fmt: skip
     for j in range(stop - start):
         column_bound[first_column + start + j] = limit[j]
 
