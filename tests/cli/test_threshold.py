@@ -32,6 +32,12 @@ def pairs() -> tuple[np.ndarray, np.ndarray]:
     return distances, same
 
 
+def write_pairs(folder: Path, pairs, suffix: str) -> tuple[Path, Path]:
+    """The fixture's distances and match labels, written as ``s{suffix}`` and ``l{suffix}``."""
+    distances, same = pairs
+    return write(folder / f"s{suffix}", distances), write(folder / f"l{suffix}", same)
+
+
 def _json(result) -> dict:
     assert result.code == 0, result.err
     return json.loads(result.out)
@@ -120,9 +126,7 @@ def test_decisions_at_the_threshold(cli, tmp_path: Path) -> None:
 
 
 def test_table_and_json_file(cli, tmp_path: Path, pairs) -> None:
-    distances, same = pairs
-    scores_file = write(tmp_path / "s.npz", distances)
-    labels_file = write(tmp_path / "l.npz", same)
+    scores_file, labels_file = write_pairs(tmp_path, pairs, ".npz")
     out = tmp_path / "out" / "threshold.json"
     result = cli("threshold", scores_file, "--labels", labels_file, "--output", out)
     assert result.code == 0, result.err
@@ -134,9 +138,7 @@ def test_table_and_json_file(cli, tmp_path: Path, pairs) -> None:
 
 def test_plot(cli, tmp_path: Path, pairs) -> None:
     pytest.importorskip("matplotlib")
-    distances, same = pairs
-    scores_file = write(tmp_path / "s.npy", distances)
-    labels_file = write(tmp_path / "l.npy", same)
+    scores_file, labels_file = write_pairs(tmp_path, pairs, ".npy")
     plot = tmp_path / "plots" / "threshold.png"
     result = cli("threshold", scores_file, "--labels", labels_file, "--plot", plot)
     assert result.code == 0, result.err

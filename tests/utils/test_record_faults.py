@@ -43,10 +43,16 @@ def fill(keeper: RecordKeeper, steps: range) -> None:
         keeper.update_records({"loss": step / 2, "acc": step / 10}, step, "g")
 
 
-def test_defect3_queue_survives_a_full_database(tmp_path: Path) -> None:
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(3))
+def saved_keeper(folder: Path, steps: range) -> RecordKeeper:
+    """A keeper of ``folder`` that has saved the records of ``steps`` (see :func:`fill`)."""
+    keeper = RecordKeeper(folder)
+    fill(keeper, steps)
     keeper.save_records()
+    return keeper
+
+
+def test_defect3_queue_survives_a_full_database(tmp_path: Path) -> None:
+    keeper = saved_keeper(tmp_path, range(3))
     (pages,) = keeper.sqlite_manager.query("PRAGMA page_count")[0].values()
     keeper.sqlite_manager.query(f"PRAGMA max_page_count = {pages}")  # the disk is now full
     fill(keeper, range(3, 400))
@@ -69,9 +75,7 @@ def test_defect3_queue_survives_a_full_database(tmp_path: Path) -> None:
 def test_defect3_csv_failure_is_completed_by_the_next_save(
     tmp_path: Path, monkeypatch, failing: str
 ) -> None:
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(3))
-    keeper.save_records()
+    keeper = saved_keeper(tmp_path, range(3))
     fill(keeper, range(3, 6))
     keeper.update_records({"acc": 9.0}, 1, "g")  # a repeated step: the file is rebuilt
 
@@ -95,9 +99,7 @@ def test_defect3_csv_failure_is_completed_by_the_next_save(
 def test_defect3_a_new_keeper_completes_csv_files_after_a_crash(
     tmp_path: Path, monkeypatch
 ) -> None:
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(2))
-    keeper.save_records()
+    keeper = saved_keeper(tmp_path, range(2))
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies after SQLite committed
@@ -115,9 +117,7 @@ def test_defect3_a_new_keeper_completes_csv_files_after_a_crash(
 
 
 def test_repeated_steps_are_never_duplicated_and_old_values_are_kept(tmp_path: Path) -> None:
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(4))
-    keeper.save_records()
+    keeper = saved_keeper(tmp_path, range(4))
     keeper.update_records({"loss": 7.0}, 2, "g")
     keeper.update_records({"loss": 8.0}, 2, "g")
     keeper.save_records()
@@ -157,9 +157,7 @@ def test_defect8_corrupt_database_error_names_the_file(tmp_path: Path, content: 
 
 
 def test_a_csv_file_deleted_by_hand_comes_back_whole(tmp_path: Path) -> None:
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(3))
-    keeper.save_records()
+    keeper = saved_keeper(tmp_path, range(3))
     keeper.csv_path("g", "acc").unlink()
     fill(keeper, range(3, 5))
     keeper.save_records()
@@ -230,9 +228,7 @@ def test_an_unstorable_record_is_refused_at_once_naming_it(
 def test_a_records_db_deleted_or_replaced_while_in_use_keeps_the_queue(
     tmp_path: Path, how: str
 ) -> None:
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(2))
-    keeper.save_records()
+    keeper = saved_keeper(tmp_path, range(2))
     db = tmp_path / "records.db"
     for side in ("-wal", "-shm"):
         Path(f"{db}{side}").unlink(missing_ok=True)
@@ -252,9 +248,7 @@ def test_a_records_db_deleted_or_replaced_while_in_use_keeps_the_queue(
 def test_a_dropped_table_is_a_corrupt_file_naming_file_and_table(
     tmp_path: Path, table: str
 ) -> None:
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(2))
-    keeper.save_records()
+    keeper = saved_keeper(tmp_path, range(2))
     with sqlite3.connect(tmp_path / "records.db") as conn:
         conn.execute(f"DROP TABLE {table}")
     fill(keeper, range(2, 4))
@@ -276,9 +270,7 @@ def test_every_dropped_table_is_noticed_never_recreated(
     """Every table of the schema, dropped by something else while the keeper is open: the
     next save of metrics already known (no new file name to look up), and the next
     keeper, raise CorruptFileError naming the table; the table is not recreated empty."""
-    keeper = RecordKeeper(tmp_path)
-    fill(keeper, range(2))
-    keeper.save_records()
+    keeper = saved_keeper(tmp_path, range(2))
     with sqlite3.connect(tmp_path / "records.db") as conn:
         conn.execute(f"DROP TABLE {table}")
     with pytest.raises(CorruptFileError, match=repr(table)):
