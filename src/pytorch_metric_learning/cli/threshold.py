@@ -11,15 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..evaluation import (
-    equal_error_rate,
-    match_accuracy,
-    match_balanced_accuracy,
-    match_f1,
-    recall_at_false_match_rate,
-    select_threshold,
-)
-from ..evaluation.verification.thresholds import Metric
+from ..evaluation import match_accuracy, match_balanced_accuracy, match_f1
+from ..evaluation.verification.operating_points import equal_error_rate, recall_at_false_match_rate
+from ..evaluation.verification.thresholds import Metric, select_threshold
 from ._output import format_table, say_written, write_results
 from ._paths import check_outputs
 from ._versions import environment_versions
