@@ -133,14 +133,9 @@ def plot_threshold_curve(
 
 
 def plot_roc(
-    scores: Any,
-    labels: Any,
-    path: PathLike,
-    *,
-    is_inverted: bool,
-    threshold: float | None = None,
-    title: str | None = None,
-) -> Path:
+    scores: Any, labels: Any, path: PathLike, *, is_inverted: bool,
+    threshold: float | None = None, title: str | None = None,
+) -> Path:  # fmt: skip
     """Draw the ROC curve (true match rate against false match rate), and save a PNG.
 
     The false match rate axis is logarithmic, where verification systems operate; the
@@ -157,14 +152,9 @@ def plot_roc(
 
 
 def plot_det(
-    scores: Any,
-    labels: Any,
-    path: PathLike,
-    *,
-    is_inverted: bool,
-    threshold: float | None = None,
-    title: str | None = None,
-) -> Path:
+    scores: Any, labels: Any, path: PathLike,
+    *, is_inverted: bool, threshold: float | None = None, title: str | None = None,
+) -> Path:  # fmt: skip
     """Draw the DET curve (false non-match rate against false match rate), and save a PNG.
 
     Both axes use the normal deviate scale, on which the errors of two normally
@@ -172,25 +162,18 @@ def plot_det(
 
     Example:
         >>> import tempfile, torch
+        >>> path = tempfile.mkdtemp() + "/det.png"
         >>> scores = torch.tensor([0.1, 0.2, 0.7, 0.4])
-        >>> same = torch.tensor([True, True, False, False])
-        >>> plot_det(scores, same, tempfile.mkdtemp() + "/det.png", is_inverted=False).exists()
-        True
+        >>> plot_det(scores, torch.tensor([True, True, False, False]), path, is_inverted=False).name
+        'det.png'
     """
     return _plot_rates(_draw_det, scores, labels, path, is_inverted, threshold, title)
 
 
 def plot_verification(
-    scores: Any,
-    labels: Any,
-    path: PathLike,
-    *,
-    is_inverted: bool,
-    metric: Metric = match_f1,
-    metric_name: str | None = None,
-    threshold: float | None = None,
-    title: str | None = None,
-) -> Path:
+    scores: Any, labels: Any, path: PathLike, *, is_inverted: bool, metric: Metric = match_f1,
+    metric_name: str | None = None, threshold: float | None = None, title: str | None = None,
+) -> Path:  # fmt: skip
     """The three views of a verification threshold side by side: metric, ROC and DET.
 
     Takes the arguments of :func:`plot_threshold_curve`.

@@ -39,11 +39,9 @@ class GlobalTwoStreamEmbeddingSpaceTester(GlobalEmbeddingSpaceTester):
     """
 
     def set_reference_and_query(
-        self,
-        embeddings_and_labels: EmbeddingsAndLabels,
-        query_split_name: str,
+        self, embeddings_and_labels: EmbeddingsAndLabels, query_split_name: str,
         reference_split_names: Sequence[str],
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
         """Anchors of the split as the query, its positives as the reference."""
         self._check_same_split(query_split_name, reference_split_names)
         embeddings, labels = embeddings_and_labels[query_split_name]

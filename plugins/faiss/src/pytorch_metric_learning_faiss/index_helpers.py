@@ -100,13 +100,9 @@ def convert_to_cpu_index(index: Any) -> Any:
 
 
 def try_gpu(
-    index: Any,
-    query: torch.Tensor,
-    reference: torch.Tensor | None,
-    k: int,
-    is_cuda: bool,
+    index: Any, query: torch.Tensor, reference: torch.Tensor | None, k: int, is_cuda: bool,
     gpus: Sequence[int] | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """:func:`add_to_index_and_search` on GPUs when asked for and possible, else on the CPU.
 
     A GPU is used when ``is_cuda`` or ``gpus`` asks for one, faiss sees a GPU, and ``k`` is

@@ -193,12 +193,9 @@ class FaissKNN:
 
     @torch.no_grad()
     def __call__(
-        self,
-        query: torch.Tensor,
-        k: int,
-        reference: torch.Tensor | None = None,
+        self, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
         ref_includes_query: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Return ``(distances, indices)`` of the ``k`` nearest indexed rows, nearest first.
 
         Without ``reference`` the persistent index is searched (``reset_before=False``).

@@ -61,14 +61,9 @@ class TorchKMeans:
     """
 
     def __init__(
-        self,
-        n_init: int = 1,
-        max_iter: int = 20,
-        tol: float = 1e-4,
-        seed: int | None = 0,
-        init_size: int | None = 2048,
-        max_points_per_centroid: int | None = 256,
-    ) -> None:
+        self, n_init: int = 1, max_iter: int = 20, tol: float = 1e-4, seed: int | None = 0,
+        init_size: int | None = 2048, max_points_per_centroid: int | None = 256,
+    ) -> None:  # fmt: skip
         options = checked_options(
             "TorchKMeans", n_init, max_iter, tol, init_size, max_points_per_centroid
         )

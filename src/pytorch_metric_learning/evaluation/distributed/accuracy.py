@@ -142,16 +142,10 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
             )
 
     def get_accuracy(
-        self,
-        query: torch.Tensor,
-        query_labels: torch.Tensor,
-        reference: torch.Tensor | None = None,
-        reference_labels: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        return_per_query: bool = False,
-    ) -> dict[str, MetricValue]:
+        self, query: torch.Tensor, query_labels: torch.Tensor, reference: torch.Tensor | None = None,
+        reference_labels: torch.Tensor | None = None, ref_includes_query: bool = False,
+        include: Sequence[str] = (), exclude: Sequence[str] = (), return_per_query: bool = False,
+    ) -> dict[str, MetricValue]:  # fmt: skip
         """The selected metrics of every rank's shards together, the same on every rank.
 
         Every rank of the group must call it, with the same ``include``, ``exclude`` and

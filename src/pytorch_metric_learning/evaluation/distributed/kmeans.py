@@ -78,17 +78,10 @@ class DistributedKMeans:
     """
 
     def __init__(
-        self,
-        n_init: int = 1,
-        max_iter: int = 20,
-        tol: float = 1e-4,
-        seed: int | None = 0,
-        init_size: int | None = 2048,
-        max_points_per_centroid: int | None = 256,
-        *,
-        group: Any = None,
-        timeout: float | timedelta | None = None,
-    ) -> None:
+        self, n_init: int = 1, max_iter: int = 20, tol: float = 1e-4, seed: int | None = 0,
+        init_size: int | None = 2048, max_points_per_centroid: int | None = 256,
+        *, group: Any = None, timeout: float | timedelta | None = None,
+    ) -> None:  # fmt: skip
         options = checked_options(_OWNER, n_init, max_iter, tol, init_size, max_points_per_centroid)
         self.n_init, self.max_iter, self.tol = options.n_init, options.max_iter, options.tol
         self.init_size = options.init_size
@@ -100,7 +93,8 @@ class DistributedKMeans:
     def __repr__(self) -> str:
         return (
             f"DistributedKMeans(n_init={self.n_init}, max_iter={self.max_iter}, "
-            f"tol={self.tol}, seed={self.seed}, init_size={self.init_size}, "
+            f"tol={self.tol}, seed={self.seed}, "
+            f"init_size={self.init_size}, "
             f"max_points_per_centroid={self.max_points_per_centroid})"
         )
 

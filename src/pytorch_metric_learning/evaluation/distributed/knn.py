@@ -114,12 +114,9 @@ class DistributedKNN:
 
     @torch.no_grad()
     def __call__(
-        self,
-        query: torch.Tensor,
-        k: int,
-        reference: torch.Tensor | None = None,
+        self, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
         ref_includes_query: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Neighbours of this rank's ``query`` rows among every rank's ``reference`` rows.
 
         Every rank of the group must call it, with the same ``k`` and

@@ -106,14 +106,10 @@ def get_relevance_mask(
 
 
 def r_precision(
-    knn_labels: torch.Tensor,
-    gt_labels: torch.Tensor,
-    ref_includes_query: bool,
-    label_counts: tuple[Any, Any],
-    avg_of_avgs: bool = False,
-    return_per_class: bool = False,
+    knn_labels: torch.Tensor, gt_labels: torch.Tensor, ref_includes_query: bool,
+    label_counts: tuple[Any, Any], avg_of_avgs: bool = False, return_per_class: bool = False,
     label_comparison_fn: LabelComparison = EQUALITY,
-) -> Any:
+) -> Any:  # fmt: skip
     """R-precision of each query, averaged as 2.x did.
 
     Example:
@@ -131,15 +127,11 @@ def r_precision(
 
 
 def mean_average_precision(
-    knn_labels: torch.Tensor,
-    gt_labels: torch.Tensor,
-    ref_includes_query: bool,
-    label_counts: tuple[Any, Any],
-    avg_of_avgs: bool = False,
-    return_per_class: bool = False,
+    knn_labels: torch.Tensor, gt_labels: torch.Tensor, ref_includes_query: bool,
+    label_counts: tuple[Any, Any], avg_of_avgs: bool = False, return_per_class: bool = False,
     label_comparison_fn: LabelComparison = EQUALITY,
     at_r: bool = False,
-) -> Any:
+) -> Any:  # fmt: skip
     """MAP over all ``k`` neighbours, or MAP@R with ``at_r=True``, averaged as 2.x did.
 
     Example:

@@ -360,16 +360,11 @@ class AccuracyCalculator:
     # ----- the computation -----
 
     def get_accuracy(
-        self,
-        query: torch.Tensor,
-        query_labels: torch.Tensor,
-        reference: torch.Tensor | None = None,
-        reference_labels: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        return_per_query: bool = False,
-    ) -> dict[str, MetricValue]:
+        self, query: torch.Tensor, query_labels: torch.Tensor,
+        reference: torch.Tensor | None = None, reference_labels: torch.Tensor | None = None,
+        ref_includes_query: bool = False, include: Sequence[str] = (),
+        exclude: Sequence[str] = (), return_per_query: bool = False,
+    ) -> dict[str, MetricValue]:  # fmt: skip
         """Compute the selected metrics.
 
         Args:

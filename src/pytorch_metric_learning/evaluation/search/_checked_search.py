@@ -81,16 +81,10 @@ def _same(before: list[Any], after: list[Any]) -> bool:
 
 
 def search_knn(
-    knn_func: Any,
-    query: torch.Tensor,
-    k: int,
-    reference: torch.Tensor | None = None,
+    knn_func: Any, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
     ref_includes_query: bool = False,
-    *,
-    caller: str | None = None,
-    backend: Any = None,
-    queries: int = QUERY_SAMPLE,
-) -> tuple[tuple[torch.Tensor, torch.Tensor], SpotCheck | None]:
+    *, caller: str | None = None, backend: Any = None, queries: int = QUERY_SAMPLE,
+) -> tuple[tuple[torch.Tensor, torch.Tensor], SpotCheck | None]:  # fmt: skip
     """Call a k-NN backend and check its answer for form and truth.
 
     Args:
@@ -181,14 +175,9 @@ def search_knn(
 
 
 def _call(
-    knn_func: Any,
-    query: torch.Tensor,
-    k: int,
-    reference: torch.Tensor | None,
-    ref_includes_query: bool,
-    backend: Any,
-    name: str,
-) -> Any:
+    knn_func: Any, query: torch.Tensor, k: int, reference: torch.Tensor | None,
+    ref_includes_query: bool, backend: Any, name: str,
+) -> Any:  # fmt: skip
     try:
         return knn_func(query, k, reference, ref_includes_query)
     except PMLError:  # the library's own diagnosis (bad input, a backend error already named)

@@ -117,13 +117,9 @@ def convert_to_cpu_index(index: Any) -> Any:
 
 
 def try_gpu(
-    index: Any,
-    query: torch.Tensor,
-    reference: torch.Tensor | None,
-    k: int,
-    is_cuda: bool,
+    index: Any, query: torch.Tensor, reference: torch.Tensor | None, k: int, is_cuda: bool,
     gpus: Sequence[int] | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Add and search on GPUs when asked for and possible, else on the CPU (faiss plugin)."""
     result: tuple[torch.Tensor, torch.Tensor]
     result = _faiss_helpers().try_gpu(index, query, reference, k, is_cuda, gpus)

@@ -114,12 +114,9 @@ class CustomKNN:
 
     @torch.no_grad()
     def __call__(
-        self,
-        query: torch.Tensor,
-        k: int,
-        reference: torch.Tensor | None = None,
+        self, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
         ref_includes_query: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Return ``(distances, indices)`` of the ``k`` nearest reference rows, nearest first.
 
         ``reference=None`` searches ``query`` itself.

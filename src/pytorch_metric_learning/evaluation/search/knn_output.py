@@ -65,16 +65,10 @@ def _provenance(backend: Any) -> str:
 
 
 def check_knn_output(
-    output: Any,
-    query: torch.Tensor,
-    k: int,
-    reference: torch.Tensor | None = None,
+    output: Any, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
     ref_includes_query: bool = False,
-    *,
-    backend: Any = None,
-    caller: str | None = None,
-    knn_func: Any = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    *, backend: Any = None, caller: str | None = None, knn_func: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Return a k-NN backend's ``(distances, indices)`` if they follow the contract.
 
     Checks types and dtypes, the ``(len(query), k)`` shape, the query's device, indices

@@ -48,12 +48,9 @@ class KNNFunc(Protocol):
     """
 
     def __call__(
-        self,
-        query: torch.Tensor,
-        k: int,
-        reference: torch.Tensor | None = None,
+        self, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
         ref_includes_query: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...  # fmt: skip
 
 
 @runtime_checkable
