@@ -22,6 +22,8 @@ TEST_DEPS = (
     "numpy",
     "tensorboard",
     "matplotlib",
+    # the `lightning` extra: tests/integrations run a real Trainer (torch stays pinned)
+    "lightning",
 )
 # Two pytest workers: the slow tests (installs into fresh venvs, subprocesses) wait on
 # disk and network as much as on the CPU, so two finish sooner even on two cores.
