@@ -115,3 +115,6 @@ def test_a_validation_step_output_without_embeddings_is_refused() -> None:
         callback.on_validation_batch_end(None, None, {"labels": torch.zeros(2)}, None, 0)
     with pytest.raises(InvalidTypeError, match="a mapping.*Got Tensor"):
         callback.on_validation_batch_end(None, None, torch.zeros(2), None, 0)
+    outputs = {"embeddings": torch.zeros(2, 3), "labels": torch.zeros(2)}
+    with pytest.raises(InvalidArgumentError, match="Got a batch of dataloader 1"):
+        callback.on_validation_batch_end(None, None, outputs, None, 0, 1)

@@ -60,7 +60,8 @@ class AccuracyCallback(Callback):
         **calculator_options: :class:`AccuracyCalculator`'s arguments.
 
     Per-class results (``return_per_class=True``) are logged one value per class, as
-    ``f"{prefix}{name}/{i}"``.
+    ``f"{prefix}{name}/{i}"``. One validation dataloader only: a batch from a second one
+    raises ``ValueError`` (its rows and indices would mix with the first set's).
     """
 
     def __init__(
@@ -91,6 +92,12 @@ class AccuracyCallback(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
+        if dataloader_idx != 0:
+            raise InvalidArgumentError(
+                f"{_OWNER} evaluates one validation set: the first validation dataloader. "
+                f"Got a batch of dataloader {dataloader_idx} instead; give each set its own "
+                "run of trainer.validate, or combine them into one dataset."
+            )
         if not isinstance(outputs, Mapping) or not {"embeddings", "labels"} <= set(outputs):
             mapping = isinstance(outputs, Mapping)
             error = InvalidArgumentError if mapping else InvalidTypeError

@@ -12,26 +12,20 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from _gloo import join_gloo_group
+from _gloo import join_gloo_group, spawn_ranks
 
 
 def spawn(cases: list[dict[str, Any]], world_size: int, directory: str) -> list[dict[str, Any]]:
     """Run every case on a fresh gloo group of ``world_size`` CPU processes; results by rank."""
-    torch.save(cases, os.path.join(directory, "cases.pt"))
-    mp.spawn(_main, args=(world_size, directory), nprocs=world_size, join=True)
-    return [
-        torch.load(os.path.join(directory, f"rank{rank}.pt"), weights_only=False)
-        for rank in range(world_size)
-    ]
+    return spawn_ranks(_main, cases, world_size, directory)
 
 
 def _main(rank: int, world_size: int, directory: str) -> None:
     torch.set_num_threads(1)
     join_gloo_group(directory, rank, world_size, 20)
-    cases = torch.load(os.path.join(directory, "cases.pt"), weights_only=False)
+    cases = torch.load(os.path.join(directory, "plan.pt"), weights_only=False)
     results = {case["name"]: _run(case, rank, world_size) for case in cases}
     torch.save(results, os.path.join(directory, f"rank{rank}.pt"))
     dist.barrier()
