@@ -40,6 +40,8 @@ def _run(case: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
         dataset, num_replicas=world_size, rank=rank, shuffle=case["shuffle"], seed=case["seed"]
     )
     loader = DataLoader(dataset, batch_size=case["batch_size"], sampler=sampler)
+    if case.get("rank0_only"):  # rank 0 reads every row in order, the others none
+        loader = DataLoader(dataset, batch_size=case["batch_size"]) if rank == 0 else []
     accumulator = AccuracyAccumulator(**case["options"])
     try:
         for epoch in range(2):  # the second epoch must not see the first one's rows

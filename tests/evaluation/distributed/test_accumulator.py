@@ -83,6 +83,8 @@ def test_bad_batches_are_refused_with_the_argument_named() -> None:
     with pytest.raises(InvalidArgumentError, match="'indices'.*1-D tensor of 3"):
         accumulator.update(torch.zeros(3, 2), torch.zeros(3), torch.arange(4))
     accumulator.update(torch.zeros(3, 2), torch.zeros(3), torch.arange(3))
+    with pytest.raises(InvalidArgumentError, match="'embeddings'.*2 columns.*Got '4 columns"):
+        accumulator.update(torch.zeros(3, 4), torch.zeros(3), torch.arange(3))
     with pytest.raises(InvalidArgumentError, match="in every batch or in none"):
         accumulator.update(torch.zeros(3, 2), torch.zeros(3))
 
@@ -118,6 +120,8 @@ CASES: list[dict[str, Any]] = [
      "options": {"num_samples": 31, "k": "max_bin_count"}},
     {"name": "even_rows", "rows": 24, "shuffle": True, "indices": False,
      "options": {"num_samples": 24}},
+    {"name": "rank0_only", "rows": 13, "shuffle": False, "indices": True, "rank0_only": True,
+     "options": {}},
     {"name": "neither", "rows": 23, "shuffle": True, "indices": False, "options": {}},
     {"name": "cut_short", "rows": 23, "shuffle": True, "indices": False, "batches": 2,
      "options": {"num_samples": 23}},
@@ -136,6 +140,8 @@ def ddp_cases() -> list[dict[str, Any]]:
 def rank_order_without_padding(case: dict[str, Any]) -> list[int]:
     """The dataset rows as the ranks hold them, in rank order, each row once: read every
     rank's sampler order and keep the first occurrence of each index (a plain loop)."""
+    if case.get("rank0_only"):
+        return list(range(case["rows"]))
     order: list[int] = []
     for rank in range(WORLD):
         sampler = DistributedSampler(
@@ -160,7 +166,7 @@ def ddp_results(tmp_path_factory) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["indices_shuffled", "num_samples_shuffled",
-                                  "num_samples_in_order", "even_rows"])  # fmt: skip
+                                  "num_samples_in_order", "even_rows", "rank0_only"])  # fmt: skip
 def test_every_rank_gets_the_metrics_of_each_row_once(ddp_results, one_rank_group, name) -> None:
     cases, results = ddp_results
     case = next(case for case in cases if case["name"] == name)

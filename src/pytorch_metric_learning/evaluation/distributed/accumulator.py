@@ -118,6 +118,8 @@ class AccuracyAccumulator:
         if indices is not None:
             check_tensor(indices, "indices", f"{_OWNER}.update")
             _check_indices(indices, len(embeddings))
+        if self._embeddings:
+            _check_like_before(embeddings, self._embeddings[0])
         if self._embeddings and (indices is None) != (not self._indices):
             raise InvalidArgumentError(
                 f"The 'indices' parameter of {_OWNER}.update must be given in every batch or "
@@ -161,16 +163,19 @@ class AccuracyAccumulator:
         embeddings, labels, indices = self._concatenated()
         comm = resolve_comm(self.group, self.timeout, embeddings.device)
         stage = f"counting the rows of {_OWNER}"
-        values = [len(embeddings), int(indices is not None), embeddings.shape[1]]
-        table = agree(comm, None, stage, values)
-        counts, with_indices = table[:, 0].tolist(), table[:, 1].tolist()
-        if not self._embeddings:  # a rank without rows still takes part, with 0 rows
-            embeddings = embeddings.new_zeros((0, int(table[:, 2].max())))
-        if len(set(with_indices)) > 1:
+        # whether this rank's batches came with indices: 0 no, 1 yes, 2 no batch at all
+        with_indices = 2 if not self._embeddings else int(indices is not None)
+        table = agree(comm, None, stage, [len(embeddings), with_indices, embeddings.shape[1]])
+        counts = table[:, 0].tolist()
+        given = {int(flag) for flag in table[:, 1] if flag != 2}
+        if len(given) > 1:
             raise InvalidArgumentError(
                 f"The 'indices' of {_OWNER}.update must be given on every rank or on none. "
-                f"Got them on ranks {[r for r, w in enumerate(with_indices) if w]} only."
+                f"Got them on ranks {(table[:, 1] == 1).nonzero().flatten().tolist()} only."
             )
+        if not self._embeddings:  # a rank without rows still takes part, with 0 rows
+            embeddings = embeddings.new_zeros((0, int(table[:, 2].max())))
+            indices = torch.zeros(0, dtype=torch.long) if given == {1} else None
         if indices is not None:
             indices = all_gather_rows(comm, indices, counts, "gathering the dataset indices")
         keep = self._kept_rows(indices, counts, comm.rank)
@@ -265,6 +270,16 @@ def distributed_sampler_rows(num_samples: int, counts: Sequence[int]) -> list[in
         f"{padded} per rank. Evaluate the whole validation set (no limit_val_batches, "
         "drop_last=False), or pass each row's dataset index as 'indices'."
     )
+
+
+def _check_like_before(embeddings: torch.Tensor, first: torch.Tensor) -> None:
+    """Every batch since the last reset has the columns and device of the first."""
+    if embeddings.shape[1] != first.shape[1] or embeddings.device != first.device:
+        raise invalid(
+            "embeddings", f"{_OWNER}.update",
+            f"{first.shape[1]} columns on {first.device}, as the earlier batches since reset()",
+            f"{embeddings.shape[1]} columns on {embeddings.device}",
+        )  # fmt: skip
 
 
 def _check_rows(labels: torch.Tensor, param: str, rows: int) -> None:
