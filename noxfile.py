@@ -23,6 +23,9 @@ TEST_DEPS = (
     "tensorboard",
     "matplotlib",
 )
+# The `lightning` extra, for tests/integrations (a real Trainer) in the core's session only:
+# the faiss session runs no Lightning test. The constraints keep torch pinned.
+LIGHTNING_DEPS = ("lightning",)
 # Two pytest workers: the slow tests (installs into fresh venvs, subprocesses) wait on
 # disk and network as much as on the CPU, so two finish sooner even on two cores.
 PYTEST = ("python", "-m", "pytest", "-n", "2")
@@ -39,7 +42,7 @@ TEST_PLUGINS = (
 @nox.session
 def tests(session: nox.Session) -> None:
     """The core's tests with faiss absent."""
-    session.install(*CONSTRAINTS, "-e", ".", *TEST_DEPS, *TEST_PLUGINS)
+    session.install(*CONSTRAINTS, "-e", ".", *TEST_DEPS, *LIGHTNING_DEPS, *TEST_PLUGINS)
     session.run(*PYTEST, "tests", "-m", "not faiss", *session.posargs)
 
 

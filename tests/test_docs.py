@@ -8,6 +8,8 @@
   page can use its backends by name.
 - A file whose Python blocks mention faiss, or that carries the comment
   ``<!-- docs-test: faiss -->``, runs only in the faiss session (``-m faiss``).
+- A file that carries the comment ``<!-- docs-test: lightning -->`` is skipped when
+  lightning (the ``lightning`` extra) is not installed.
 - Blocks run in a temporary working folder.
 - Libraries that a worked example wraps but that are not installed (hnswlib) are imported
   from stand-ins in tests/fakes/, which come last on ``sys.path``.
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<info>[^\n`]*)$")
 FILE_LABEL = re.compile(r"^\*\*`(?P<path>[^`]+)`\*\*$")
 FAISS_MARKER = "<!-- docs-test: faiss -->"
+LIGHTNING_MARKER = "<!-- docs-test: lightning -->"
 # Stand-ins for optional libraries the docs' examples wrap (hnswlib), used when not installed.
 FAKES = ROOT / "tests" / "fakes"
 
@@ -143,6 +146,8 @@ def test_python_blocks_run(
     if needs_faiss(text):
         pytest.importorskip("faiss")
         pytest.importorskip("pytorch_metric_learning_faiss")
+    if LIGHTNING_MARKER in text:
+        pytest.importorskip("lightning")
     install_example_project(text, tmp_path / "example", monkeypatch)
     monkeypatch.setattr(sys, "path", [*sys.path, str(FAKES)])  # real packages come first
     monkeypatch.chdir(tmp_path)

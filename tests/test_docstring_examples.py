@@ -13,6 +13,8 @@ from pytorch_metric_learning._missing_2x import MISSING_MODULES
 
 # The 2.x modules this library lacks raise on import (tests/compat/test_missing_2x.py).
 ABSENT = {f"pytorch_metric_learning.{name}" for name in MISSING_MODULES}
+# Modules of an optional extra: (module, the library it needs), skipped without it.
+NEEDS = {"pytorch_metric_learning.integrations.lightning": "lightning"}
 MODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(
@@ -24,6 +26,8 @@ MODULES = sorted(
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0

@@ -8,11 +8,13 @@ shards concatenated in rank order. Importing this package does not initialize
 from __future__ import annotations
 
 from ._collectives import DistributedEvaluationError
+from .accumulator import AccuracyAccumulator
 from .accuracy import DistributedAccuracyCalculator
 from .kmeans import DistributedKMeans
 from .knn import DistributedKNN, merge_order, merge_top_k
 
 __all__ = [
+    "AccuracyAccumulator",
     "DistributedAccuracyCalculator",
     "DistributedEvaluationError",
     "DistributedKMeans",
