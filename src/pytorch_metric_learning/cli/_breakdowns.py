@@ -23,6 +23,7 @@ __all__ = [
     "render_worst",
     "worst_record",
     "draw_worst",
+    "read_worst_images",
 ]
 
 
@@ -108,21 +109,35 @@ def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) 
     return {"metric": metric, "queries": queries}
 
 
-def draw_worst(args: argparse.Namespace, worst: list[WorstQuery], inputs: Any) -> None:
-    """Draw the ``--plot`` picture from the ``--images`` (and ``--reference-images``)."""
+def read_worst_images(
+    args: argparse.Namespace, inputs: Any
+) -> tuple[list[Path], list[Path] | None] | None:
+    """The ``--images`` (and ``--reference-images``) lists, read before any work."""
+    if getattr(args, "images", None) is None:
+        return None
     query_images = read_image_paths(args.images, len(inputs.query), "--images")
-    reference_images: list[Path] | None = None
-    if args.reference_images is not None and inputs.reference is not None:
-        reference_images = read_image_paths(
-            args.reference_images, len(inputs.reference), "--reference-images"
-        )
+    if args.reference_images is None or inputs.reference is None:
+        return query_images, None
+    reference_images = read_image_paths(
+        args.reference_images, len(inputs.reference), "--reference-images"
+    )
+    return query_images, reference_images
+
+
+def draw_worst(
+    args: argparse.Namespace,
+    worst: list[WorstQuery],
+    images: tuple[list[Path], list[Path] | None],
+    class_names: list[Any] | None,
+) -> None:
+    """Draw the ``--plot`` picture of the worst queries."""
     path = plot_worst_queries(
         worst,
         args.plot,
-        query_images,
-        reference_images,
+        images[0],
+        images[1],
         metric=args.worst_metric,
-        label_names=inputs.class_names,
+        label_names=class_names,
     )
     say_written("Plot", path, to_stderr=args.output == "-")
 

@@ -21,6 +21,7 @@ from ._breakdowns import (
     category_record,
     draw_worst,
     read_categories,
+    read_worst_images,
     render_categories,
     render_worst,
     worst_queries,
@@ -31,6 +32,7 @@ from ._intervals import (
     bootstrap_settings,
     interval_cell,
     interval_header,
+    interval_note,
     pop_intervals,
 )
 from ._output import format_table, write_results
@@ -188,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
     check_ci_options(args)
     args.device = resolve_device(args.device)
     inputs = load_inputs(args)
+    images = read_worst_images(args, inputs)
     quiet = (
         contextlib.redirect_stdout(sys.stderr) if args.output == "-" else contextlib.nullcontext()
     )
@@ -212,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))
+        if intervals and interval_note(intervals):
+            print(interval_note(intervals))
         if per_category is not None:
             print("\n" + render_categories(per_category, inputs.query_categories or []))
         if worst is not None:
@@ -219,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
         check = calculator.last_knn_check
         if check is not None and not check.exact:
             print(f"\nNote: these figures come from an {check.describe()}.")
-    if worst is not None and args.plot is not None:
-        draw_worst(args, worst, inputs)
+    if worst is not None and images is not None:
+        draw_worst(args, worst, images, inputs.class_names)
     if args.output:
         record = _record(metrics, inputs, calculator, args, intervals)
         if per_category is not None:

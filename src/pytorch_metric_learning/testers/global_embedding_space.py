@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from ..errors import InvalidArgumentError
+from ._options import check_non_negative_int
 from ._scored_pair import ScoredPair
 from .base_tester import BaseTester
 
@@ -36,6 +40,43 @@ class GlobalEmbeddingSpaceTester(BaseTester):
         1.0
     """
 
+    def __init__(self, *args: Any, category_level: int | None = None, **kwargs: Any) -> None:
+        """Takes :class:`BaseTester`'s options, and ``category_level``: a label column
+        holding each sample's category (e.g. Stanford Online Products' super-category);
+        every metric is then also recorded per category of the queries, under
+        ``<metric>_category<c>_level<L>``, each computed on that category's queries alone."""
+        super().__init__(*args, **kwargs)
+        owner = type(self).__name__
+        if category_level is not None:
+            category_level = check_non_negative_int(category_level, "category_level", owner)
+            if self.distributed:
+                raise InvalidArgumentError(
+                    f"The 'category_level' parameter of {owner} is not supported with "
+                    "distributed=True. Got both instead."
+                )
+        self.category_level = category_level
+
     def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
-        """``accuracy_calculator.get_accuracy`` on the labels of ``level``."""
-        return dict(self.accuracy_calculator.get_accuracy(**pair.accuracy_arguments(level)))
+        """``accuracy_calculator.get_accuracy`` on the labels of ``level`` (and per
+        category, with ``category_level``)."""
+        arguments = pair.accuracy_arguments(level)
+        if self.category_level is None:
+            return dict(self.accuracy_calculator.get_accuracy(**arguments))
+        categories = self._categories(pair)
+        scores = dict(
+            self.accuracy_calculator.get_accuracy(**arguments, query_categories=categories)
+        )
+        per_category = scores.pop("per_category")
+        for category, values in per_category.items():
+            scores.update({f"{name}_category{category}": v for name, v in values.items()})
+        return scores
+
+    def _categories(self, pair: ScoredPair) -> torch.Tensor:
+        level = self.category_level
+        assert level is not None
+        if level >= pair.query_labels.shape[1]:
+            raise InvalidArgumentError(
+                f"The 'category_level' parameter of {type(self).__name__} must be a label "
+                f"column (0 to {pair.query_labels.shape[1] - 1}). Got {level} instead."
+            )
+        return pair.query_labels[:, level]

@@ -29,6 +29,8 @@ __all__ = [
 ]
 
 KNOWN_METRICS = tuple(sorted(DEFAULT_METRICS + ON_REQUEST_METRICS))
+# bootstrap.METHODS, spelled out: the parsers import no torch (pml-eval --help stays fast).
+CI_METHODS = ("auto", "percentile", "clopper_pearson")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -93,6 +95,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "super-category): every metric is also reported per category",
     )
     add_bootstrap_arguments(parser, ci_default=None)
+    parser.add_argument(
+        "--ci-method",
+        choices=CI_METHODS,
+        default="auto",
+        help="how --ci makes intervals: auto (default) gives metrics that are 0 or 1 per "
+        "query (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
+        "the others the percentile bootstrap; or one method for all",
+    )
     _add_worst_arguments(parser)
     parser.set_defaults(
         run=Deferred(
