@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from scipy import special, stats
 
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.evaluation import (
@@ -19,9 +20,6 @@ from pytorch_metric_learning.evaluation.retrieval.binomial import (
     beta_quantile,
     regularized_incomplete_beta,
 )
-
-stats = pytest.importorskip("scipy.stats")
-special = pytest.importorskip("scipy.special")
 
 SHAPES = [(0.5, 0.5), (1, 1), (2, 30), (30, 2), (0.5, 999.5), (999, 2), (5000, 17), (250_000, 3)]
 
@@ -90,6 +88,21 @@ def test_bad_methods_are_refused(values, kwargs, words):
     with pytest.raises(InvalidArgumentError, match="'method'") as caught:
         bootstrap_interval(values, **kwargs)
     assert words in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "successes, trials, level, words",
+    [(-1, 3, 0.95, "'successes'"), (4, 3, 0.95, "at most 'trials' (3)"), (1, 2.0, 0.95, "'trials'"),
+     (1, 3, 1.0, "'level'")],
+)  # fmt: skip
+def test_clopper_pearson_refuses_impossible_counts(successes, trials, level, words):
+    with pytest.raises(InvalidArgumentError, match="clopper_pearson") as caught:
+        clopper_pearson(successes, trials, level)
+    assert words in str(caught.value)
+
+
+def test_no_trials_give_nan():
+    assert all(math.isnan(end) for end in clopper_pearson(0, 0))
 
 
 def _coverage(num: int, rate: float, repetitions: int, method: str) -> float:

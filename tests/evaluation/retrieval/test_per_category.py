@@ -9,19 +9,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_metric_independence import METRICS
 
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
 from pytorch_metric_learning.evaluation import AccuracyCalculator
 
-KNN = (
-    "precision_at_1",
-    "r_precision",
-    "mean_average_precision_at_r",
-    "mean_average_precision",
-    "mean_reciprocal_rank",
-    "recall_at_3",
-    "ndcg_at_4",
-)
+KNN = tuple(METRICS)  # built-in and parametrized metrics whose searched k differs
 
 
 def _data(num: int, classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -106,6 +106,14 @@ def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[f
         >>> round(low, 4), high
         (0.8843, 1.0)
     """
+    owner = "clopper_pearson"
+    for param, value in (("successes", successes), ("trials", trials)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid(param, owner, "a non-negative int", value)
+    if successes > trials:
+        raise invalid("successes", owner, f"at most 'trials' ({trials})", successes)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise invalid("level", owner, "a float strictly between 0 and 1 (e.g. 0.95)", level)
     if trials == 0:
         return float("nan"), float("nan")
     tail = (1.0 - level) / 2.0
