@@ -26,15 +26,16 @@ def _splits() -> tuple[dict[str, TensorDataset], torch.Tensor]:
     return splits, data
 
 
-def _tester(**options) -> GlobalEmbeddingSpaceTester:
-    return GlobalEmbeddingSpaceTester(
+def _tester(category_level) -> GlobalEmbeddingSpaceTester:
+    tester = GlobalEmbeddingSpaceTester(
         normalize_embeddings=False,
         dataloader_num_workers=0,
         data_device="cpu",
         progress_bar=False,
         accuracy_calculator=AccuracyCalculator(include=INCLUDE),
-        **options,
     )
+    tester.category_level = category_level
+    return tester
 
 
 def test_each_category_is_recorded_as_its_queries_alone():
@@ -56,7 +57,12 @@ def test_each_category_is_recorded_as_its_queries_alone():
 
 def test_a_category_level_outside_the_labels_is_refused():
     splits, _ = _splits()
-    with pytest.raises(InvalidArgumentError, match="'category_level'.*0 to 1.*Got 2"):
-        _tester(category_level=2).test(splits, 1, torch.nn.Identity())
-    with pytest.raises(InvalidArgumentError, match="'category_level'"):
-        _tester(category_level=-1)
+    for level in (2, -1, "1"):
+        with pytest.raises(InvalidArgumentError, match="'category_level'.*0 to 1.*Got"):
+            _tester(level).test(splits, 1, torch.nn.Identity())
+
+
+def test_without_a_category_level_the_keys_are_unchanged():
+    splits, _ = _splits()
+    found = _tester(None).test(splits, 1, torch.nn.Identity(), splits_to_eval=[("test", ["train"])])
+    assert sorted(found["test"]) == ["epoch", "precision_at_1_level0", "r_precision_level0"]

@@ -7,7 +7,6 @@ from typing import Any
 import torch
 
 from ..errors import InvalidArgumentError
-from ._options import check_non_negative_int
 from ._scored_pair import ScoredPair
 from .base_tester import BaseTester
 
@@ -40,21 +39,12 @@ class GlobalEmbeddingSpaceTester(BaseTester):
         1.0
     """
 
-    def __init__(self, *args: Any, category_level: int | None = None, **kwargs: Any) -> None:
-        """Takes :class:`BaseTester`'s options, and ``category_level``: a label column
-        holding each sample's category (e.g. Stanford Online Products' super-category);
-        every metric is then also recorded per category of the queries, under
-        ``<metric>_category<c>_level<L>``, each computed on that category's queries alone."""
-        super().__init__(*args, **kwargs)
-        owner = type(self).__name__
-        if category_level is not None:
-            category_level = check_non_negative_int(category_level, "category_level", owner)
-            if self.distributed:
-                raise InvalidArgumentError(
-                    f"The 'category_level' parameter of {owner} is not supported with "
-                    "distributed=True. Got both instead."
-                )
-        self.category_level = category_level
+    #: A label column holding each sample's category (e.g. Stanford Online Products'
+    #: super-category), or None. When set, every metric is also recorded per category of
+    #: the queries, under ``<metric>_category<c>_level<L>``, each computed on that
+    #: category's queries alone against the same reference. An attribute, not a
+    #: constructor option: the constructor's signature is the spec's (2.x's) table.
+    category_level: int | None = None
 
     def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
         """``accuracy_calculator.get_accuracy`` on the labels of ``level`` (and per
@@ -72,11 +62,16 @@ class GlobalEmbeddingSpaceTester(BaseTester):
         return scores
 
     def _categories(self, pair: ScoredPair) -> torch.Tensor:
-        level = self.category_level
-        assert level is not None
-        if level >= pair.query_labels.shape[1]:
+        level, owner = self.category_level, type(self).__name__
+        columns = pair.query_labels.shape[1]
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < columns:
             raise InvalidArgumentError(
-                f"The 'category_level' parameter of {type(self).__name__} must be a label "
-                f"column (0 to {pair.query_labels.shape[1] - 1}). Got {level} instead."
+                f"The 'category_level' attribute of {owner} must be None or a label column "
+                f"(0 to {columns - 1}). Got {level!r} instead."
+            )
+        if self.distributed:
+            raise InvalidArgumentError(
+                f"The 'category_level' attribute of {owner} is not supported with "
+                "distributed=True; set it to None."
             )
         return pair.query_labels[:, level]
