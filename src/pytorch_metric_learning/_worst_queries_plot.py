@@ -17,6 +17,7 @@ from .worst_queries import Retrieval, WorstQuery
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = ["plot_worst_queries"]
 
@@ -78,7 +79,7 @@ def plot_worst_queries(
     widths = [1.0] * columns + ([0.25, 1.0] if extra else [])
     figure = _new_figure(_CELL_INCHES * sum(widths), _CELL_INCHES * 1.3 * len(worst) + 0.4)
     grid = figure.add_gridspec(len(worst), len(widths), width_ratios=widths)
-    figure.get_layout_engine().set(wspace=0.06, hspace=0.08)  # frames apart
+    _space_frames_apart(figure)
     name = metric_label(metric)
     figure.suptitle((title or f"The {len(worst)} worst queries by {name}") + _LEGEND, fontsize=12)
     for row, item in enumerate(worst):
@@ -93,6 +94,14 @@ def plot_worst_queries(
             _retrieval_cell(axes, item.nearest_relevant, reference_images, label_names)
             axes.set_title("nearest relevant\n" + axes.get_title(), fontsize=9)
     return _save(figure, path)
+
+
+def _space_frames_apart(figure: Figure) -> None:
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    engine = figure.get_layout_engine()
+    if isinstance(engine, ConstrainedLayoutEngine):
+        engine.set(wspace=0.06, hspace=0.08)
 
 
 def _retrieval_cell(
