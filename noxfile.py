@@ -19,6 +19,7 @@ TEST_DEPS = (
     "pytest-xdist",
     "hypothesis",
     "scikit-learn",
+    "scipy",
     "numpy",
     "tensorboard",
     "matplotlib",

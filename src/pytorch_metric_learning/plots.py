@@ -17,6 +17,7 @@ import torch
 
 from ._atomic import atomic_write
 from ._metric_catalog import parametrized_parts
+from ._worst_queries_plot import plot_worst_queries
 from .errors import PMLError
 from .evaluation.search._install_hint import extra_install_hint
 from .evaluation.verification.operating_points import ThresholdCurve, threshold_curve
@@ -33,6 +34,7 @@ __all__ = [
     "plot_roc",
     "plot_det",
     "plot_verification",
+    "plot_worst_queries",
     "metric_label",
 ]
 

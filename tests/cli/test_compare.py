@@ -48,7 +48,7 @@ def test_evaluate_ci_adds_intervals_to_the_json(cli, files) -> None:
         assert interval["level"] == 0.95
     assert "NMI" in record["metrics"] and "NMI" not in record["intervals"]
     assert record["settings"]["bootstrap"] == {
-        "level": 0.95, "resamples": 1000, "seed": 0, "resample": "queries"
+        "level": 0.95, "resamples": 1000, "seed": 0, "resample": "queries", "method": "auto"
     }  # fmt: skip
 
 

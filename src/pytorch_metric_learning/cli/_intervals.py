@@ -16,6 +16,7 @@ from ._output import format_number
 __all__ = [
     "interval_header",
     "interval_cell",
+    "interval_note",
     "pop_intervals",
     "bootstrap_settings",
     "paper_recall",
@@ -28,7 +29,29 @@ def pop_intervals(metrics: dict[str, Any], args: argparse.Namespace) -> dict[str
     if args.ci is None or not isinstance(per_query, PerQueryValues):
         return {}
     return bootstrap_intervals(
-        per_query, args.ci, args.resamples, args.seed, by_class=args.ci_by_class
+        per_query,
+        args.ci,
+        args.resamples,
+        args.seed,
+        by_class=args.ci_by_class,
+        method=getattr(args, "ci_method", "auto"),
+    )
+
+
+def interval_note(intervals: dict[str, Any]) -> str:
+    """Which metrics got which kind of interval, or ``""`` when all are bootstrap ones.
+
+    Example:
+        >>> interval_note({"recall_at_1": ConfidenceInterval(1.0, 0.9, 1.0, 0.95, "clopper_pearson")})
+        'Intervals: exact binomial (Clopper-Pearson) for recall_at_1 (0 or 1 per query).'
+    """
+    exact = [name for name, found in intervals.items() if found.method == "clopper_pearson"]
+    if not exact:
+        return ""
+    others = "; percentile bootstrap for the others" if len(exact) < len(intervals) else ""
+    return (
+        f"Intervals: exact binomial (Clopper-Pearson) for {', '.join(exact)} "
+        f"(0 or 1 per query){others}."
     )
 
 
@@ -54,6 +77,7 @@ def bootstrap_settings(args: argparse.Namespace) -> dict[str, Any]:
         "resamples": args.resamples,
         "seed": args.seed,
         "resample": "classes" if args.ci_by_class else "queries",
+        "method": getattr(args, "ci_method", "auto"),
     }
 
 

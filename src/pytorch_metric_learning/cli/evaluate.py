@@ -17,11 +17,22 @@ import torch
 from ..errors import InvalidArgumentError
 from ..evaluation import load_kmeans_func, load_knn_func
 from ..evaluation.retrieval.accuracy_calculator import AccuracyCalculator
+from ._breakdowns import (
+    category_record,
+    draw_worst,
+    read_categories,
+    read_worst_images,
+    render_categories,
+    render_worst,
+    worst_queries,
+    worst_record,
+)
 from ._errors import UsageError
 from ._intervals import (
     bootstrap_settings,
     interval_cell,
     interval_header,
+    interval_note,
     pop_intervals,
 )
 from ._output import format_table, write_results
@@ -30,7 +41,7 @@ from ._specs import describe_spec
 from ._versions import environment_versions
 from .loaders import check_one_stdin, encode_labels, load_embeddings, read_labels
 from .parsers._common import check_ci_options
-from .parsers.evaluate import check_reference_options, input_files
+from .parsers.evaluate import check_reference_options, input_files, output_files
 
 __all__ = [
     "EvaluationInputs",
@@ -57,6 +68,7 @@ class EvaluationInputs:
     reference: torch.Tensor | None
     reference_labels: torch.Tensor | None
     class_names: list[str] | None
+    query_categories: list[Any] | None = None
 
 
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
@@ -68,6 +80,7 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
             "--labels": args.labels,
             "--reference": args.reference,
             "--reference-labels": args.reference_labels,
+            "--query-categories": getattr(args, "query_categories", None),
         }
     )
     query = load_embeddings(args.query)
@@ -82,7 +95,8 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     if reference is not None and reference.dtype != query.dtype:
         reference = reference.to(torch.promote_types(query.dtype, reference.dtype))
         query = query.to(reference.dtype)
-    return EvaluationInputs(query, labels[0], reference, reference_labels, names)
+    categories = read_categories(getattr(args, "query_categories", None), len(query))
+    return EvaluationInputs(query, labels[0], reference, reference_labels, names, categories)
 
 
 def _check_widths(query: torch.Tensor, reference: torch.Tensor, args: argparse.Namespace) -> None:
@@ -172,10 +186,11 @@ def _device_problem(device: torch.device) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Compute the metrics, print them as a table and/or write them as JSON; return 0."""
-    check_outputs({"--output": args.output}, input_files(args))
+    check_outputs(output_files(args), input_files(args))
     check_ci_options(args)
     args.device = resolve_device(args.device)
     inputs = load_inputs(args)
+    images = read_worst_images(args, inputs)
     quiet = (
         contextlib.redirect_stdout(sys.stderr) if args.output == "-" else contextlib.nullcontext()
     )
@@ -195,14 +210,29 @@ def run(args: argparse.Namespace) -> int:
     logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
     small_k.warn()
     intervals = pop_intervals(metrics, args)
+    per_category = metrics.pop("per_category", None)
+    worst = worst_queries(args, inputs, calculator.knn_func) if args.show_worst else None
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))
+        if intervals and interval_note(intervals):
+            print(interval_note(intervals))
+        if per_category is not None:
+            print("\n" + render_categories(per_category, inputs.query_categories or []))
+        if worst is not None:
+            print("\n" + render_worst(worst, args.worst_metric, inputs.class_names))
         check = calculator.last_knn_check
         if check is not None and not check.exact:
             print(f"\nNote: these figures come from an {check.describe()}.")
+    if worst is not None and images is not None:
+        draw_worst(args, worst, images, inputs.class_names)
     if args.output:
-        write_results(args.output, _record(metrics, inputs, calculator, args, intervals))
+        record = _record(metrics, inputs, calculator, args, intervals)
+        if per_category is not None:
+            record["per_category"] = category_record(per_category)
+        if worst is not None:
+            record["worst_queries"] = worst_record(worst, args.worst_metric, inputs.class_names)
+        write_results(args.output, record)
     return 0
 
 
@@ -220,6 +250,7 @@ def compute_metrics(
         inputs.reference_labels,
         ref_includes_query=ref_includes_query,
         return_per_query=return_per_query,
+        query_categories=inputs.query_categories,
     )
 
 
@@ -367,6 +398,7 @@ def _record(
         "labels": args.labels,
         "reference": args.reference,
         "reference_labels": args.reference_labels,
+        "query_categories": getattr(args, "query_categories", None),
         "ref_includes_query": bool(args.ref_includes_query or args.reference is None),
         "num_queries": len(inputs.query),
         "num_references": len(inputs.query if inputs.reference is None else inputs.reference),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from ..errors import InvalidArgumentError
 from ._scored_pair import ScoredPair
 from .base_tester import BaseTester
 
@@ -36,6 +39,39 @@ class GlobalEmbeddingSpaceTester(BaseTester):
         1.0
     """
 
+    #: A label column holding each sample's category (e.g. Stanford Online Products'
+    #: super-category), or None. When set, every metric is also recorded per category of
+    #: the queries, under ``<metric>_category<c>_level<L>``, each computed on that
+    #: category's queries alone against the same reference. An attribute, not a
+    #: constructor option: the constructor's signature is the spec's (2.x's) table.
+    category_level: int | None = None
+
     def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
-        """``accuracy_calculator.get_accuracy`` on the labels of ``level``."""
-        return dict(self.accuracy_calculator.get_accuracy(**pair.accuracy_arguments(level)))
+        """``accuracy_calculator.get_accuracy`` on the labels of ``level`` (and per
+        category, with ``category_level``)."""
+        arguments = pair.accuracy_arguments(level)
+        if self.category_level is None:
+            return dict(self.accuracy_calculator.get_accuracy(**arguments))
+        categories = self._categories(pair)
+        scores = dict(
+            self.accuracy_calculator.get_accuracy(**arguments, query_categories=categories)
+        )
+        per_category = scores.pop("per_category")
+        for category, values in per_category.items():
+            scores.update({f"{name}_category{category}": v for name, v in values.items()})
+        return scores
+
+    def _categories(self, pair: ScoredPair) -> torch.Tensor:
+        level, owner = self.category_level, type(self).__name__
+        columns = pair.query_labels.shape[1]
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < columns:
+            raise InvalidArgumentError(
+                f"The 'category_level' attribute of {owner} must be None or a label column "
+                f"(0 to {columns - 1}). Got {level!r} instead."
+            )
+        if self.distributed:
+            raise InvalidArgumentError(
+                f"The 'category_level' attribute of {owner} is not supported with "
+                "distributed=True; set it to None."
+            )
+        return pair.query_labels[:, level]

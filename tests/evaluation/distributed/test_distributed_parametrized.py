@@ -27,3 +27,11 @@ def test_per_query_values_are_refused(one_rank_group) -> None:
         calc.get_accuracy(
             torch.randn(6, 2), torch.tensor([0, 0, 1, 1, 2, 2]), return_per_query=True
         )
+
+
+def test_categories_are_refused(one_rank_group) -> None:
+    calc = DistributedAccuracyCalculator(include=("recall_at_1",))
+    with pytest.raises(ValueError, match="query_categories"):
+        calc.get_accuracy(
+            torch.randn(6, 2), torch.tensor([0, 0, 1, 1, 2, 2]), query_categories=[0] * 6
+        )

@@ -247,7 +247,7 @@ def add_bootstrap_arguments(parser: argparse.ArgumentParser, ci_default: float |
         type=ci_level,
         default=ci_default,
         metavar="PERCENT",
-        help=f"percentile-bootstrap interval over queries at this level, e.g. 95{default}",
+        help=f"confidence interval over queries at this level, e.g. 95{default}",
     )
     parser.add_argument(
         "--ci-by-class",

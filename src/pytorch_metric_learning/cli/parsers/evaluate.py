@@ -13,13 +13,24 @@ from ._common import (
     add_bootstrap_arguments,
     add_command,
     check_ci_options,
+    check_metric_names,
     device_name,
     metric_names,
+    positive_int,
 )
 
-__all__ = ["KNOWN_METRICS", "add_parser", "check_reference_options", "input_files"]
+__all__ = [
+    "KNOWN_METRICS",
+    "add_parser",
+    "check_breakdown_options",
+    "check_reference_options",
+    "input_files",
+    "output_files",
+]
 
 KNOWN_METRICS = tuple(sorted(DEFAULT_METRICS + ON_REQUEST_METRICS))
+# bootstrap.METHODS, spelled out: the parsers import no torch (pml-eval --help stays fast).
+CI_METHODS = ("auto", "percentile", "clopper_pearson")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -77,10 +88,104 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--avg-of-avgs", action="store_true", help="average per class, then over classes"
     )
     parser.add_argument("--output", metavar="FILE.json", help="write results as JSON ('-': stdout)")
-    add_bootstrap_arguments(parser, ci_default=None)
-    parser.set_defaults(
-        run=Deferred("evaluate", (check_reference_options, check_ci_options, _outputs))
+    parser.add_argument(
+        "--query-categories",
+        metavar="FILE",
+        help="a category per query (same formats as --labels, e.g. a product's "
+        "super-category): every metric is also reported per category",
     )
+    add_bootstrap_arguments(parser, ci_default=None)
+    parser.add_argument(
+        "--ci-method",
+        choices=CI_METHODS,
+        default="auto",
+        help="how --ci makes intervals: auto (default) gives metrics that are 0 or 1 per "
+        "query (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
+        "the others the percentile bootstrap; or one method for all",
+    )
+    _add_worst_arguments(parser)
+    parser.set_defaults(
+        run=Deferred(
+            "evaluate",
+            (check_reference_options, check_ci_options, check_breakdown_options, _outputs),
+        )
+    )
+
+
+def _add_worst_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--show-worst`` and the options of its table and picture."""
+    parser.add_argument(
+        "--show-worst",
+        type=positive_int,
+        metavar="N",
+        help="list the N queries with the lowest --worst-metric, with their top --worst-k "
+        "retrievals and nearest relevant item",
+    )
+    parser.add_argument(
+        "--worst-metric",
+        type=_per_query_metric,
+        default="precision_at_1",
+        metavar="NAME",
+        help="the metric that ranks queries for --show-worst (default: precision_at_1)",
+    )
+    parser.add_argument(
+        "--worst-k",
+        type=positive_int,
+        default=5,
+        metavar="K",
+        help="retrievals shown per worst query (default: 5)",
+    )
+    parser.add_argument(
+        "--images",
+        metavar="FILE",
+        help="image paths of QUERY's rows, one per line (relative paths are relative to "
+        "FILE's folder); with --plot",
+    )
+    parser.add_argument(
+        "--reference-images",
+        metavar="FILE",
+        help="image paths of --reference's rows, one per line; with --images",
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE.png", help="draw the worst queries and their retrievals"
+    )
+
+
+def _per_query_metric(text: str) -> str:
+    name = check_metric_names((text.strip(),), KNOWN_METRICS)[0]
+    if name in ("NMI", "AMI"):
+        raise argparse.ArgumentTypeError(
+            f"must be a k-NN metric with a value per query, not {name!r}"
+        )
+    return name
+
+
+def check_breakdown_options(args: argparse.Namespace) -> None:
+    """``--query-categories`` and the worst-query options go with what they need."""
+    if args.query_categories is not None and args.per_class:
+        raise UsageError(
+            "--query-categories reports each metric per category; it cannot be combined "
+            "with --per-class"
+        )
+    if args.show_worst is None:
+        given = [
+            option
+            for option, value in (
+                ("--images", args.images),
+                ("--reference-images", args.reference_images),
+                ("--plot", args.plot),
+            )
+            if value is not None
+        ]
+        if given:
+            raise UsageError(f"{given[0]} belongs to --show-worst N; give --show-worst")
+        return
+    if (args.images is None) != (args.plot is None):
+        raise UsageError("--images and --plot must be given together (the picture needs both)")
+    if args.reference_images is not None and (args.images is None or args.reference is None):
+        raise UsageError("--reference-images needs --images and --reference")
+    if args.images is not None and args.reference is not None and args.reference_images is None:
+        raise UsageError("--reference-images is needed to draw the retrievals from --reference")
 
 
 def _k_value(text: str) -> int | str | None:
@@ -114,8 +219,16 @@ def input_files(args: argparse.Namespace) -> dict[str, str | None]:
         "--labels": args.labels,
         "--reference": args.reference,
         "--reference-labels": args.reference_labels,
+        "--query-categories": args.query_categories,
+        "--images": args.images,
+        "--reference-images": args.reference_images,
     }
 
 
+def output_files(args: argparse.Namespace) -> dict[str, str | None]:
+    """The files ``evaluate`` writes, by option name."""
+    return {"--output": args.output, "--plot": args.plot}
+
+
 def _outputs(args: argparse.Namespace) -> None:
-    check_outputs({"--output": args.output}, input_files(args))
+    check_outputs(output_files(args), input_files(args))

@@ -142,22 +142,36 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
             )
 
     def get_accuracy(
-        self, query: torch.Tensor, query_labels: torch.Tensor, reference: torch.Tensor | None = None,
-        reference_labels: torch.Tensor | None = None, ref_includes_query: bool = False,
-        include: Sequence[str] = (), exclude: Sequence[str] = (), return_per_query: bool = False,
-    ) -> dict[str, MetricValue]:  # fmt: skip
+        self,
+        query: torch.Tensor,
+        query_labels: torch.Tensor,
+        reference: torch.Tensor | None = None,
+        reference_labels: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        return_per_query: bool = False,
+        query_categories: Any = None,
+        return_per_category: bool | None = None,
+    ) -> dict[str, MetricValue]:
         """The selected metrics of every rank's shards together, the same on every rank.
 
         Every rank of the group must call it, with the same ``include``, ``exclude`` and
         ``ref_includes_query`` (and ``reference`` given on all ranks or on none). The
         arguments are those of :meth:`AccuracyCalculator.get_accuracy`, for this rank's
-        shard; a shard may be empty. ``return_per_query=True`` is not supported across
-        ranks: gather the embeddings and use :class:`AccuracyCalculator`.
+        shard; a shard may be empty. ``return_per_query=True`` and ``query_categories`` are
+        not supported across ranks: gather the embeddings and use :class:`AccuracyCalculator`.
         """
         if return_per_query:
             raise InvalidArgumentError(
                 f"{_OWNER}.get_accuracy does not return per-query values (return_per_query="
                 "True); gather the embeddings on one rank and use AccuracyCalculator."
+            )
+        if query_categories is not None or return_per_category:
+            raise InvalidArgumentError(
+                f"{_OWNER}.get_accuracy does not break metrics down by category "
+                "(query_categories); gather the embeddings on one rank and use "
+                "AccuracyCalculator."
             )
         functions = self._functions_for_call(include, exclude)
         self._check_builtin(list(functions))

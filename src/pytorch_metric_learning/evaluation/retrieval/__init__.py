@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._per_query import PerQueryValues
 from .accuracy_calculator import AccuracyCalculator
+from .binomial import clopper_pearson
 from .bootstrap import (
     ConfidenceInterval,
     PairedComparison,
@@ -24,6 +25,7 @@ __all__ = [
     "PerQueryValues",
     "bootstrap_interval",
     "bootstrap_intervals",
+    "clopper_pearson",
     "compare_per_query",
     "paired_bootstrap",
 ]

@@ -42,6 +42,7 @@ from ._calculator_checks import (
     check_labels_not_nan,
     check_plain_tensor,
 )
+from ._categories import Categories, category_kwargs, check_categories
 from ._compat import EQUALITY, legacy_knn_metric
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
 from ._metric_names import describe_families, parse_metric_name, per_query_function
@@ -360,11 +361,18 @@ class AccuracyCalculator:
     # ----- the computation -----
 
     def get_accuracy(
-        self, query: torch.Tensor, query_labels: torch.Tensor,
-        reference: torch.Tensor | None = None, reference_labels: torch.Tensor | None = None,
-        ref_includes_query: bool = False, include: Sequence[str] = (),
-        exclude: Sequence[str] = (), return_per_query: bool = False,
-    ) -> dict[str, MetricValue]:  # fmt: skip
+        self,
+        query: torch.Tensor,
+        query_labels: torch.Tensor,
+        reference: torch.Tensor | None = None,
+        reference_labels: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        return_per_query: bool = False,
+        query_categories: Any = None,
+        return_per_category: bool | None = None,
+    ) -> dict[str, MetricValue]:
         """Compute the selected metrics.
 
         Args:
@@ -382,10 +390,18 @@ class AccuracyCalculator:
                 :class:`PerQueryValues`: each built-in or parametrized k-NN metric's float64
                 value for every non-lone query, and those queries' indices and labels (for
                 slicing by class, finding failures, and :func:`bootstrap_intervals`).
+            query_categories: A category per query (e.g. Stanford Online Products'
+                super-category): a 1-D integer tensor or array, or a sequence of ints or
+                strings. Every metric is then also reported per category.
+            return_per_category: Return, under the key ``"per_category"``, ``{category:
+                {metric name: value}}`` with the categories in sorted order, each as
+                ``get_accuracy`` computes it on that category's queries alone against the
+                same reference. ``None`` (default): when ``query_categories`` is given.
 
         Returns:
             ``{metric name: float}`` (lists of per-label floats for k-NN metrics with
-            ``return_per_class``), plus ``"per_query"`` with ``return_per_query``.
+            ``return_per_class``), plus ``"per_query"`` with ``return_per_query`` and
+            ``"per_category"`` with categories.
 
         Raises:
             ValueError: for NaN or infinite embeddings, mismatched lengths, a reference
@@ -398,6 +414,7 @@ class AccuracyCalculator:
         )
         check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
         check_has_columns(query, f"{OWNER}.get_accuracy")
+        categories = _categories_for_call(query_categories, return_per_category, query)
         functions = self._functions_for_call(include, exclude)
         kwargs: dict[str, Any] = {
             "query": query,
@@ -415,6 +432,8 @@ class AccuracyCalculator:
             results = self._get_accuracy(functions, **kwargs)
             if return_per_query:
                 results["per_query"] = self._per_query(functions, kwargs)
+            if categories is not None:
+                results["per_category"] = self._per_category(functions, kwargs, categories)
         kwargs.clear()  # release the k-NN outputs before returning
         return results
 
@@ -720,6 +739,19 @@ class AccuracyCalculator:
         builtin = [name for name in names if name not in self._custom_knn_metrics(names)]
         return collect_per_query(builtin, kwargs, _METRIC_BLOCK)
 
+    def _per_category(
+        self, functions: dict[str, Any], kwargs: dict[str, Any], categories: Categories
+    ) -> dict[Any, dict[str, MetricValue]]:
+        """Every selected metric on each category's queries alone (one search for all)."""
+        clustering = any(name in self.requires_clustering() for name in functions)
+        found = {}
+        for name, mask in categories.masks():
+            sliced = category_kwargs(kwargs, mask)
+            if clustering:
+                sliced["cluster_labels"] = self._checked_cluster_labels(sliced)
+            found[name] = self._get_accuracy(functions, **sliced)
+        return found
+
     def _knn_metric(
         self,
         metric: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -737,6 +769,31 @@ class AccuracyCalculator:
         if self.return_per_class:
             return per_class.tolist()
         return metrics.average(per_class)
+
+
+def _categories_for_call(
+    query_categories: Any, return_per_category: bool | None, query: torch.Tensor
+) -> Categories | None:
+    """The checked categories when a per-category breakdown is asked for, else None."""
+    if return_per_category is not None and not isinstance(return_per_category, bool):
+        raise invalid(
+            "return_per_category",
+            f"{OWNER}.get_accuracy",
+            "None, True or False",
+            return_per_category,
+            InvalidTypeError,
+        )
+    if query_categories is None:
+        if return_per_category:
+            raise invalid(
+                "query_categories",
+                f"{OWNER}.get_accuracy",
+                "a category per query when return_per_category is True",
+                None,
+            )
+        return None
+    categories = check_categories(query_categories, len(query), query.device)
+    return None if return_per_category is False else categories
 
 
 def _log_small_k(names: list[str], k: int, max_bin_count: int) -> None:

@@ -1,0 +1,188 @@
+"""The grid of the worst queries: each query, its top-K retrievals and its nearest relevant
+item, framed green when relevant and red when not (:func:`plot_worst_queries`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+import torch
+
+from ._validation import invalid
+from .errors import InvalidArgumentError, InvalidTypeError
+from .worst_queries import Retrieval, WorstQuery
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_worst_queries"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Image = Union[PathLike, np.ndarray, torch.Tensor]
+OWNER = "plot_worst_queries"
+RELEVANT, NOT_RELEVANT, QUERY = "#1a9850", "#d73027", "#4575b4"
+_CELL_INCHES = 1.9
+_LEGEND = "\nblue: query · green: same label (relevant) · red: other label · d: distance"
+
+
+def plot_worst_queries(
+    worst: Sequence[WorstQuery],
+    path: PathLike,
+    query_images: Sequence[Image],
+    reference_images: Sequence[Image] | None = None,
+    *,
+    metric: str = "precision_at_1",
+    label_names: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw each worst query beside its retrievals and save a PNG.
+
+    One row per query: the query (blue frame), its top-K retrievals (green frame: same
+    label; red: not), then, after a gap, its nearest relevant item when it is not in the
+    top K. Each retrieval is captioned with its rank, label and distance.
+
+    Args:
+        worst: From :func:`pytorch_metric_learning.worst_queries.find_worst_queries`.
+        path: The PNG file to write.
+        query_images: One image per query row: a file path, or an array (H x W, H x W x C,
+            or a C x H x W tensor; floats in [0, 1] or uint8).
+        reference_images: One per reference row; ``None`` when the reference is the query.
+        metric: The metric the queries were ranked by (for the captions).
+        label_names: Names of the integer labels, if they encode strings.
+        title: The figure's title (default: the metric).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> from pytorch_metric_learning.worst_queries import find_worst_queries
+        >>> x, y = torch.tensor([[0.0], [2.0], [3.0], [8.0]]), torch.tensor([0, 0, 1, 1])
+        >>> images = [np.full((8, 8), value) for value in (0.1, 0.4, 0.6, 0.9)]
+        >>> worst = find_worst_queries(x, y, num_queries=2, k=1)
+        >>> out = plot_worst_queries(worst, tempfile.mkdtemp() + "/worst.png", images)
+        >>> out.stat().st_size > 0
+        True
+    """
+    from .plots import _new_figure, _save, metric_label
+
+    reference_images = query_images if reference_images is None else reference_images
+    _check_images(worst, query_images, reference_images)
+    if not worst:
+        raise InvalidArgumentError(f"The 'worst' parameter of {OWNER} has no query to draw.")
+    columns = 1 + max(len(item.retrievals) for item in worst)
+    extra = any(item.nearest_relevant.rank > len(item.retrievals) for item in worst)
+    widths = [1.0] * columns + ([0.25, 1.0] if extra else [])
+    figure = _new_figure(_CELL_INCHES * sum(widths), _CELL_INCHES * 1.3 * len(worst) + 0.4)
+    grid = figure.add_gridspec(len(worst), len(widths), width_ratios=widths)
+    _space_frames_apart(figure)
+    name = metric_label(metric)
+    figure.suptitle((title or f"The {len(worst)} worst queries by {name}") + _LEGEND, fontsize=12)
+    for row, item in enumerate(worst):
+        label = _label(item.label, label_names)
+        caption = f"query {item.index}\nlabel {label} · {name} {item.value:.2f}"
+        _cell(figure.add_subplot(grid[row, 0]), query_images[item.index], caption, QUERY)
+        for col, found in enumerate(item.retrievals, start=1):
+            axes = figure.add_subplot(grid[row, col])
+            _retrieval_cell(axes, found, reference_images, label_names)
+        if item.nearest_relevant.rank > len(item.retrievals):
+            axes = figure.add_subplot(grid[row, len(widths) - 1])
+            _retrieval_cell(axes, item.nearest_relevant, reference_images, label_names)
+            axes.set_title("nearest relevant\n" + axes.get_title(), fontsize=9)
+    return _save(figure, path)
+
+
+def _space_frames_apart(figure: Figure) -> None:
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    engine = figure.get_layout_engine()
+    if isinstance(engine, ConstrainedLayoutEngine):
+        engine.set(wspace=0.06, hspace=0.08)
+
+
+def _retrieval_cell(
+    axes: Axes, found: Retrieval, images: Sequence[Image], label_names: Sequence[str] | None
+) -> None:
+    colour = RELEVANT if found.relevant else NOT_RELEVANT
+    caption = f"#{found.rank} · label {_label(found.label, label_names)}\nd = {found.distance:.3g}"
+    _cell(axes, images[found.index], caption, colour)
+
+
+def _cell(axes: Axes, image: Image, caption: str, colour: str) -> None:
+    pixels = _pixels(image)
+    axes.imshow(pixels, cmap="gray" if pixels.ndim == 2 else None, vmin=0, vmax=_top(pixels))
+    axes.set_xticks([])
+    axes.set_yticks([])
+    for spine in axes.spines.values():
+        spine.set_edgecolor(colour)
+        spine.set_linewidth(5)
+    axes.set_title(caption, fontsize=9, color="black")
+
+
+def _top(pixels: np.ndarray) -> float:
+    return 255.0 if pixels.dtype == np.uint8 else 1.0
+
+
+def _label(label: Any, names: Sequence[str] | None) -> str:
+    if names is not None and isinstance(label, int) and 0 <= label < len(names):
+        return str(names[label])
+    return str(label)
+
+
+def _pixels(image: Image) -> np.ndarray:
+    """An image as an H x W or H x W x C array that ``imshow`` draws."""
+    if isinstance(image, (str, os.PathLike)):
+        return _read(image)
+    array = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else image
+    if not isinstance(array, np.ndarray):
+        raise invalid(
+            "images", OWNER, "file paths or arrays", type(image).__name__, InvalidTypeError
+        )
+    if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
+        array = np.moveaxis(array, 0, -1)  # a C x H x W tensor
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
+        raise invalid(
+            "images", OWNER, "H x W, H x W x 3/4 or 3/4 x H x W arrays", f"shape {array.shape}"
+        )
+    return array if array.dtype == np.uint8 else np.clip(array.astype(np.float64), 0, 1)
+
+
+def _read(path: PathLike) -> np.ndarray:
+    from matplotlib.image import imread
+
+    try:
+        return np.asarray(imread(os.fspath(path)))
+    except (OSError, ValueError, SyntaxError) as error:
+        raise InvalidArgumentError(
+            f"The image '{os.fspath(path)}' named in the 'images' of {OWNER} cannot be read: "
+            f"{error}"
+        ) from error
+
+
+def _check_images(
+    worst: Sequence[WorstQuery], query_images: Sequence[Image], reference_images: Sequence[Image]
+) -> None:
+    needed_query = max((item.index for item in worst), default=-1) + 1
+    needed_reference = (
+        max(
+            (found.index for item in worst for found in [*item.retrievals, item.nearest_relevant]),
+            default=-1,
+        )
+        + 1
+    )
+    for param, images, needed in (
+        ("query_images", query_images, needed_query),
+        ("reference_images", reference_images, needed_reference),
+    ):
+        if isinstance(images, (str, bytes)) or not hasattr(images, "__len__"):
+            raise invalid(
+                param, OWNER, "a sequence of images", type(images).__name__, InvalidTypeError
+            )
+        if len(images) < needed:
+            raise invalid(param, OWNER, f"at least {needed} images (one per row)", len(images))

@@ -1,0 +1,148 @@
+"""``evaluate --query-categories`` and ``--show-worst``: the metrics per category, and the
+queries the model fails worst on (a table, a JSON list, and with ``--images`` a picture)."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+from pathlib import Path
+from typing import Any
+
+from .._worst_queries_plot import plot_worst_queries
+from ..worst_queries import TABLE_HEADER, WorstQuery, find_worst_queries, worst_queries_rows
+from ._output import format_table, say_written
+from .loaders import InputFileError, read_labels
+
+__all__ = [
+    "read_categories",
+    "render_categories",
+    "category_record",
+    "read_image_paths",
+    "worst_queries",
+    "render_worst",
+    "worst_record",
+    "draw_worst",
+    "read_worst_images",
+]
+
+
+def read_categories(source: str | None, num_rows: int) -> list[Any] | None:
+    """One category per query, read like a labels file (ints or names)."""
+    if source is None:
+        return None
+    return list(read_labels(source, num_rows=num_rows).tolist())
+
+
+def render_categories(per_category: dict[Any, dict[str, Any]], categories: list[Any]) -> str:
+    """One row per category: its number of queries and each metric on its queries alone."""
+    counts = collections.Counter(categories)
+    names = list(next(iter(per_category.values()))) if per_category else []
+    rows = [
+        [category, counts[category], *(values[name] for name in names)]
+        for category, values in per_category.items()
+    ]
+    return format_table(["category", "queries", *names], rows)
+
+
+def category_record(per_category: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """``{category (as text): {metric: value}}`` for the JSON output."""
+    return {str(category): values for category, values in per_category.items()}
+
+
+def read_image_paths(source: str, num_rows: int, option: str) -> list[Path]:
+    """The image of each row: one path per non-empty line, relative to the list's folder."""
+    try:
+        lines = Path(source).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputFileError(f"{option} '{source}' cannot be read: {error}") from error
+    paths = [line.strip() for line in lines if line.strip()]
+    if len(paths) != num_rows:
+        raise InputFileError(
+            f"{option} '{source}' must name one image per embedding row ({num_rows}). "
+            f"Got {len(paths)} paths instead."
+        )
+    folder = Path(source).parent
+    return [Path(path) if os.path.isabs(path) else folder / path for path in paths]
+
+
+def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[WorstQuery]:
+    """The ``--show-worst`` queries of what ``evaluate`` read."""
+    return find_worst_queries(
+        inputs.query,
+        inputs.query_labels,
+        inputs.reference,
+        inputs.reference_labels,
+        ref_includes_query=args.ref_includes_query,
+        metric=args.worst_metric,
+        num_queries=args.show_worst,
+        k=args.worst_k,
+        knn_func=knn_func,
+    )
+
+
+def render_worst(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> str:
+    """The worst queries as a table: one row per retrieval shown (``*`` marks relevant)."""
+    header = [metric if name == "metric value" else name for name in TABLE_HEADER]
+    rows = []
+    for row in worst_queries_rows(worst):
+        row[1], row[5] = _named(row[1], names), _named(row[5], names)
+        row[6] = f"{row[6]:.4g}"
+        row[7] = "yes" if row[7] else "no"
+        rows.append(row)
+    title = (
+        f"The {len(worst)} worst queries by {metric} (their top retrievals, then the "
+        "nearest relevant item when it is further down)"
+    )
+    return title + "\n" + format_table(header, rows)
+
+
+def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> dict[str, Any]:
+    """The worst queries for the JSON output, labels as names when the files had names."""
+    queries = []
+    for item in worst:
+        found = item.as_dict()
+        found["label"] = _named(found["label"], names)
+        for retrieval in [*found["retrievals"], found["nearest_relevant"]]:
+            retrieval["label"] = _named(retrieval["label"], names)
+        queries.append(found)
+    return {"metric": metric, "queries": queries}
+
+
+def read_worst_images(
+    args: argparse.Namespace, inputs: Any
+) -> tuple[list[Path], list[Path] | None] | None:
+    """The ``--images`` (and ``--reference-images``) lists, read before any work."""
+    if getattr(args, "images", None) is None:
+        return None
+    query_images = read_image_paths(args.images, len(inputs.query), "--images")
+    if args.reference_images is None or inputs.reference is None:
+        return query_images, None
+    reference_images = read_image_paths(
+        args.reference_images, len(inputs.reference), "--reference-images"
+    )
+    return query_images, reference_images
+
+
+def draw_worst(
+    args: argparse.Namespace,
+    worst: list[WorstQuery],
+    images: tuple[list[Path], list[Path] | None],
+    class_names: list[Any] | None,
+) -> None:
+    """Draw the ``--plot`` picture of the worst queries."""
+    path = plot_worst_queries(
+        worst,
+        args.plot,
+        images[0],
+        images[1],
+        metric=args.worst_metric,
+        label_names=class_names,
+    )
+    say_written("Plot", path, to_stderr=args.output == "-")
+
+
+def _named(label: Any, names: list[Any] | None) -> Any:
+    if names is not None and isinstance(label, int) and 0 <= label < len(names):
+        return names[label]
+    return label

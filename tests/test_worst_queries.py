@@ -1,0 +1,136 @@
+"""The worst queries, their retrievals and their picture, against a brute-force ranking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
+from pytorch_metric_learning.worst_queries import find_worst_queries, worst_queries_rows
+
+
+def _data(num: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 5, (num,), generator=generator)
+    x = torch.randn(num, 4, generator=generator, dtype=torch.float64)
+    x[:, 0] += 0.8 * labels.double()
+    return x, labels
+
+
+def _brute_force(query, labels, reference, reference_labels, self_search, k_recall):
+    """Per query: every reference ranked by squared distance (itself out), recall@K."""
+    found = []
+    for row in range(len(query)):
+        distances = ((reference - query[row]) ** 2).sum(dim=1)
+        order = [
+            int(i) for i in torch.argsort(distances, stable=True) if not (self_search and i == row)
+        ]
+        relevant = [bool(reference_labels[i] == labels[row]) for i in order]
+        if not any(relevant):
+            continue  # lone
+        found.append((row, float(any(relevant[:k_recall])), order, relevant, distances))
+    return found
+
+
+@pytest.mark.parametrize("self_search", [True, False])
+def test_worst_queries_equal_a_brute_force_ranking(self_search):
+    query, labels = _data(80, seed=0)
+    reference, reference_labels = (query, labels) if self_search else _data(120, seed=1)
+    worst = find_worst_queries(
+        query,
+        labels,
+        None if self_search else reference,
+        None if self_search else reference_labels,
+        metric="recall_at_2",
+        num_queries=6,
+        k=3,
+    )
+    oracle = _brute_force(query, labels, reference, reference_labels, self_search, 2)
+    oracle.sort(key=lambda item: item[1])  # stable: ties keep the query order
+    assert [w.index for w in worst] == [item[0] for item in oracle[:6]]
+    for item, (row, value, order, relevant, distances) in zip(worst, oracle):
+        assert item.value == value and item.label == int(labels[row])
+        assert [r.index for r in item.retrievals] == order[:3]
+        assert [r.relevant for r in item.retrievals] == relevant[:3]
+        assert [r.rank for r in item.retrievals] == [1, 2, 3]
+        for r in item.retrievals:
+            assert r.distance == pytest.approx(float(distances[r.index]), rel=1e-6, abs=1e-9)
+        first = relevant.index(True)
+        assert item.nearest_relevant.rank == first + 1
+        assert item.nearest_relevant.index == order[first]
+
+
+def test_rows_show_the_nearest_relevant_after_the_top_k_only_when_it_is_further_down():
+    query = torch.tensor([[0.0], [2.0], [3.0], [8.0]])
+    worst = find_worst_queries(query, torch.tensor([0, 0, 1, 1]), num_queries=2, k=2)
+    rows = worst_queries_rows(worst)
+    # query 1: 2 (other label), 0 (same label, in the top 2); query 2: 1, 0, then 3 at rank 3
+    assert [(row[0], row[3], row[4], row[7]) for row in rows] == [
+        (1, 1, 2, False),
+        (1, 2, 0, True),
+        (2, 1, 1, False),
+        (2, 2, 0, False),
+        (2, 3, 3, True),
+    ]
+
+
+def test_lone_queries_are_never_chosen_and_fewer_may_come_back():
+    query = torch.tensor([[0.0], [0.1], [5.0]])
+    worst = find_worst_queries(query, torch.tensor([0, 0, 1]), num_queries=10)
+    assert [w.index for w in worst] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"metric": "NMI"}, InvalidArgumentError, "'metric'"),
+        ({"metric": "recall_at_x"}, InvalidArgumentError, "'metric'"),
+        ({"num_queries": 0}, InvalidArgumentError, "'num_queries'"),
+        ({"k": True}, InvalidArgumentError, "'k'"),
+    ],
+)
+def test_bad_options_name_the_argument(kwargs, error, words):
+    query, labels = _data(10, seed=2)
+    with pytest.raises(error, match=words):
+        find_worst_queries(query, labels, **kwargs)
+
+
+def test_two_dimensional_labels_are_refused():
+    query, labels = _data(10, seed=3)
+    with pytest.raises(InvalidTypeError, match="'query_labels'"):
+        find_worst_queries(query, labels.reshape(-1, 1))
+
+
+def test_the_picture_is_drawn_from_arrays_and_from_paths(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread, imsave
+
+    from pytorch_metric_learning.plots import plot_worst_queries
+
+    query, labels = _data(30, seed=4)
+    arrays = [np.full((8, 8), i / 30) for i in range(30)]
+    worst = find_worst_queries(query, labels, num_queries=3, k=4)
+    out = plot_worst_queries(worst, tmp_path / "arrays.png", arrays)
+    assert imread(out).shape[0] > 200
+    paths = []
+    for i, array in enumerate(arrays):
+        imsave(tmp_path / f"{i}.png", array, cmap="gray")
+        paths.append(tmp_path / f"{i}.png")
+    chw = [torch.rand(3, 8, 8) for _ in range(30)]
+    assert plot_worst_queries(worst, tmp_path / "paths.png", paths).stat().st_size > 0
+    assert plot_worst_queries(worst, tmp_path / "chw.png", chw).stat().st_size > 0
+
+
+def test_the_picture_refuses_too_few_images_and_unreadable_files(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pytorch_metric_learning.plots import plot_worst_queries
+
+    query, labels = _data(30, seed=5)
+    worst = find_worst_queries(query, labels, num_queries=2, k=2)
+    with pytest.raises(InvalidArgumentError, match="'query_images'.*at least"):
+        plot_worst_queries(worst, tmp_path / "x.png", [np.zeros((4, 4))] * 2)
+    missing = [tmp_path / "nope.png"] * 30
+    with pytest.raises(InvalidArgumentError, match="nope.png"):
+        plot_worst_queries(worst, tmp_path / "x.png", missing)
+    assert not (tmp_path / "x.png").exists()
