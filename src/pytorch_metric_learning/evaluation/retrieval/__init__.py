@@ -6,7 +6,7 @@ import ``search`` and ``clustering``; nothing of verification or distributed.
 
 from __future__ import annotations
 
-from ._per_query import PerQueryValues
+from ._per_query import PerQueryValues, cmc_curve
 from .accuracy_calculator import AccuracyCalculator
 from .bootstrap import (
     ConfidenceInterval,
@@ -24,6 +24,7 @@ __all__ = [
     "PerQueryValues",
     "bootstrap_interval",
     "bootstrap_intervals",
+    "cmc_curve",
     "compare_per_query",
     "paired_bootstrap",
 ]

@@ -76,6 +76,8 @@ def split_roles(
     """Check the two flag vectors of one set and return the rows of each role."""
     flags = []
     for param, value in (("is_query", is_query), ("is_reference", is_reference)):
+        if value is None:
+            raise invalid(param, CALLER, f"a bool tensor with one flag per embedding ({length})", None)
         value = torch.as_tensor(value) if not isinstance(value, torch.Tensor) else value
         if value.dtype != torch.bool or value.shape != (length,):
             raise invalid(

@@ -621,7 +621,8 @@ class AccuracyCalculator:
         self.last_num_queries_left_out = int((~not_lone).sum())
         if not bool(not_lone.any()):
             logger.warning(
-                "None of the query labels are in the reference set: the k-NN metrics are NaN."
+                "None of the query labels are in the reference set%s: the k-NN metrics are NaN.",
+                "" if protocol is None else " as valid relevant references (after exclusions)",
             )
         k = self._neighbours_needed(
             list(functions), stats, len(reference) - int(ref_includes_query)

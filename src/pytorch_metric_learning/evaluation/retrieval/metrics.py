@@ -150,6 +150,8 @@ def first_relevant_rank(relevance: torch.Tensor) -> torch.Tensor:
         >>> first_relevant_rank(torch.tensor([[False, True], [False, False]])).tolist()
         [2, 0]
     """
+    if relevance.ndim == 2 and relevance.shape[1] == 0:  # nothing was searched
+        return torch.zeros(len(relevance), dtype=torch.long, device=relevance.device)
     _check_relevance(relevance, "first_relevant_rank")
     if relevance.shape[1] == 0:
         return torch.zeros(len(relevance), dtype=torch.long, device=relevance.device)
