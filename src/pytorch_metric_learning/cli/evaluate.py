@@ -57,19 +57,14 @@ class EvaluationInputs:
     reference: torch.Tensor | None
     reference_labels: torch.Tensor | None
     class_names: list[str] | None
+    query_groups: torch.Tensor | None = None
+    reference_groups: torch.Tensor | None = None
 
 
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     """Read and cross-check the query, reference and label files named by ``args``."""
     check_reference_options(args)
-    check_one_stdin(
-        {
-            "QUERY": args.query,
-            "--labels": args.labels,
-            "--reference": args.reference,
-            "--reference-labels": args.reference_labels,
-        }
-    )
+    check_one_stdin(input_files(args))
     query = load_embeddings(args.query)
     raw = [read_labels(args.labels, num_rows=len(query))]
     reference = None
@@ -82,7 +77,23 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     if reference is not None and reference.dtype != query.dtype:
         reference = reference.to(torch.promote_types(query.dtype, reference.dtype))
         query = query.to(reference.dtype)
-    return EvaluationInputs(query, labels[0], reference, reference_labels, names)
+    inputs = EvaluationInputs(query, labels[0], reference, reference_labels, names)
+    inputs.query_groups, inputs.reference_groups = _load_groups(args, len(query), reference)
+    return inputs
+
+
+def _load_groups(
+    args: argparse.Namespace, num_query: int, reference: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``--query-groups`` and ``--reference-groups``, numbered together like labels."""
+    query_file = getattr(args, "query_groups", None)
+    if query_file is None:
+        return None, None
+    raw = [read_labels(query_file, num_rows=num_query)]
+    if reference is not None:
+        raw.append(read_labels(args.reference_groups, num_rows=len(reference)))
+    groups, _ = encode_labels(*raw)
+    return groups[0], groups[1] if reference is not None else None
 
 
 def _check_widths(query: torch.Tensor, reference: torch.Tensor, args: argparse.Namespace) -> None:
@@ -220,6 +231,8 @@ def compute_metrics(
         inputs.reference_labels,
         ref_includes_query=ref_includes_query,
         return_per_query=return_per_query,
+        query_groups=inputs.query_groups,
+        reference_groups=inputs.reference_groups,
     )
 
 
@@ -367,6 +380,9 @@ def _record(
         "labels": args.labels,
         "reference": args.reference,
         "reference_labels": args.reference_labels,
+        "query_groups": getattr(args, "query_groups", None),
+        "reference_groups": getattr(args, "reference_groups", None),
+        "queries_left_out": calculator.last_num_queries_left_out,
         "ref_includes_query": bool(args.ref_includes_query or args.reference is None),
         "num_queries": len(inputs.query),
         "num_references": len(inputs.query if inputs.reference is None else inputs.reference),
