@@ -531,7 +531,10 @@ class BaseTester:
         if self.split_groups is None:
             return None, None
         found = []
-        for names, rows in (((query_split_name,), embeddings[0]), (reference_split_names, embeddings[1])):
+        for names, rows in (
+            ((query_split_name,), embeddings[0]),
+            (reference_split_names, embeddings[1]),
+        ):
             missing = [name for name in names if name not in self.split_groups]
             if missing:
                 raise invalid(
@@ -716,7 +719,10 @@ def _check_split_groups(
         return None
     if not isinstance(split_groups, Mapping):
         raise invalid(
-            "split_groups", owner, "a mapping of split names to group ids", split_groups,
+            "split_groups",
+            owner,
+            "a mapping of split names to group ids",
+            split_groups,
             InvalidTypeError,
         )
     if distributed:
@@ -726,7 +732,9 @@ def _check_split_groups(
         tensor = torch.as_tensor(groups)
         if tensor.ndim != 1 or tensor.is_floating_point() or tensor.dtype == torch.bool:
             raise invalid(
-                "split_groups", owner, f"1-D integer group ids for split {name!r}",
+                "split_groups",
+                owner,
+                f"1-D integer group ids for split {name!r}",
                 f"{tensor.dtype} of shape {tuple(tensor.shape)}",
             )
         checked[str(name)] = tensor.long()

@@ -33,7 +33,17 @@ def distance_matrix(query: torch.Tensor, gallery: torch.Tensor) -> np.ndarray:
     return ((q[:, None, :] - g[None, :, :]) ** 2).sum(-1)
 
 
-def reid_oracle(distances, query_ids, gallery_ids, query_cams, gallery_cams, max_rank, junk=(), distractors=(), excluded=()):
+def reid_oracle(
+    distances,
+    query_ids,
+    gallery_ids,
+    query_cams,
+    gallery_cams,
+    max_rank,
+    junk=(),
+    distractors=(),
+    excluded=(),
+):
     """Market-1501-style evaluation of a distance matrix, one query at a time."""
     excluded = set(map(tuple, excluded))
     cmc, aps, inps, left_out = [], [], [], 0
@@ -53,7 +63,9 @@ def reid_oracle(distances, query_ids, gallery_ids, query_cams, gallery_cams, max
             left_out += 1
             continue
         hits = np.cumsum(relevant)
-        cmc.append([float(hits[: r + 1][-1] > 0) if r < len(hits) else 1.0 for r in range(max_rank)])
+        cmc.append(
+            [float(hits[: r + 1][-1] > 0) if r < len(hits) else 1.0 for r in range(max_rank)]
+        )
         aps.append(float(np.sum(hits / np.arange(1, len(hits) + 1) * relevant) / relevant.sum()))
         inps.append(relevant.sum() / (np.nonzero(relevant)[0].max() + 1))
     return np.mean(cmc, axis=0), np.mean(aps), np.mean(inps), left_out
@@ -155,7 +167,11 @@ def test_excluding_a_pair_changes_only_its_query(data, data_pairs) -> None:
         data_pairs.draw(st.integers(0, len(gallery) - 1)),
     ]
     calculator = AccuracyCalculator(include=METRICS, k=None)
-    common = {"query_groups": query_cams, "reference_groups": gallery_cams, "return_per_query": True}
+    common = {
+        "query_groups": query_cams,
+        "reference_groups": gallery_cams,
+        "return_per_query": True,
+    }
     before = calculator.get_accuracy(query, query_ids, gallery, gallery_ids, **common)["per_query"]
     after = calculator.get_accuracy(
         query, query_ids, gallery, gallery_ids, excluded_pairs=torch.tensor([pair]), **common
@@ -183,7 +199,9 @@ def test_excluding_a_pair_changes_only_its_query(data, data_pairs) -> None:
 @given(data=camera_sets())
 def test_excluding_nothing_equals_todays_results(data) -> None:
     query, gallery, (query_ids, gallery_ids), _ = data
-    calculator = AccuracyCalculator(include=METRICS + ("r_precision", "mean_average_precision_at_r"), k=None)
+    calculator = AccuracyCalculator(
+        include=METRICS + ("r_precision", "mean_average_precision_at_r"), k=None
+    )
     plain = calculator.get_accuracy(query, query_ids, gallery, gallery_ids)
     empty = torch.zeros((0, 2), dtype=torch.long)
     excluded = calculator.get_accuracy(query, query_ids, gallery, gallery_ids, excluded_pairs=empty)
@@ -268,15 +286,24 @@ def test_bad_protocol_arguments_are_named(kwargs, message) -> None:
     calculator = AccuracyCalculator(include=("precision_at_1",))
     with pytest.raises((InvalidArgumentError, TypeError), match=message):
         calculator.get_accuracy(
-            torch.zeros(2, 1), torch.tensor([0, 1]), torch.zeros(3, 1), torch.tensor([0, 1, 1]), **kwargs
+            torch.zeros(2, 1),
+            torch.tensor([0, 1]),
+            torch.zeros(3, 1),
+            torch.tensor([0, 1, 1]),
+            **kwargs,
         )
 
 
 def test_roles_need_both_flags_with_one_per_row() -> None:
     calculator = AccuracyCalculator(include=("precision_at_1",))
-    with pytest.raises(InvalidArgumentError, match="'is_reference'.*one flag per embedding \\(2\\)"):
+    with pytest.raises(
+        InvalidArgumentError, match="'is_reference'.*one flag per embedding \\(2\\)"
+    ):
         calculator.get_accuracy(
-            torch.zeros(2, 1), torch.tensor([0, 0]), is_query=torch.tensor([True, True]), is_reference=None
+            torch.zeros(2, 1),
+            torch.tensor([0, 0]),
+            is_query=torch.tensor([True, True]),
+            is_reference=None,
         )
 
 

@@ -56,7 +56,9 @@ def oracle(query, reference, distance, k, mask):
     rows = []
     for q, point in enumerate(query):
         if isinstance(distance, LpDistance):
-            values = (np.abs(reference - point) ** distance.p).sum(1) ** (distance.power / distance.p)
+            values = (np.abs(reference - point) ** distance.p).sum(1) ** (
+                distance.power / distance.p
+            )
         else:
             values = reference @ point
         key = -values if distance.is_inverted else values
@@ -113,7 +115,9 @@ def exclusion_of(num_query, num_reference, rules):
 
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None)
-@given(problem=problems(), distance_index=st.integers(0, len(EXACT) - 1), path=st.sampled_from(PATHS))
+@given(
+    problem=problems(), distance_index=st.integers(0, len(EXACT) - 1), path=st.sampled_from(PATHS)
+)
 def test_search_leaves_out_exactly_the_excluded_pairs(problem, distance_index, path) -> None:
     query, reference, rules, k = problem
     distance = EXACT[distance_index]
@@ -219,7 +223,9 @@ def test_no_dense_mask_is_allocated(path) -> None:
         if path == "compiled":
             patch.setattr(knn_module, "COMPILED_TILE", 256)
         knn(points, 10, points.clone(), exclusion=rule)  # warm up (numba compilation)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profiler:
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+        ) as profiler:
             knn(points, 10, points.clone(), exclusion=rule)
     largest = max(event.cpu_memory_usage for event in profiler.events())
     assert 0 < largest < num * num // 8  # a bool mask would be num * num bytes

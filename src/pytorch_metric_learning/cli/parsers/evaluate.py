@@ -46,9 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "the query's label and group is not a candidate (re-identification protocol); "
         "without --reference it covers both roles",
     )
-    parser.add_argument(
-        "--reference-groups", metavar="FILE", help="a group id per --reference row"
-    )
+    parser.add_argument("--reference-groups", metavar="FILE", help="a group id per --reference row")
     parser.add_argument(
         "--metrics",
         type=metric_names(KNOWN_METRICS),

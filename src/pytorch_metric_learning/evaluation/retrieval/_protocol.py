@@ -70,14 +70,14 @@ class Protocol:
     distractors: torch.Tensor | None
 
 
-def split_roles(
-    is_query: Any, is_reference: Any, length: int
-) -> Roles:
+def split_roles(is_query: Any, is_reference: Any, length: int) -> Roles:
     """Check the two flag vectors of one set and return the rows of each role."""
     flags = []
     for param, value in (("is_query", is_query), ("is_reference", is_reference)):
         if value is None:
-            raise invalid(param, CALLER, f"a bool tensor with one flag per embedding ({length})", None)
+            raise invalid(
+                param, CALLER, f"a bool tensor with one flag per embedding ({length})", None
+            )
         value = torch.as_tensor(value) if not isinstance(value, torch.Tensor) else value
         if value.dtype != torch.bool or value.shape != (length,):
             raise invalid(
@@ -100,7 +100,10 @@ def check_groups(values: Any, param: str, length: int, device: torch.device) -> 
             values = torch.as_tensor(values)
         except (TypeError, ValueError, RuntimeError):
             raise invalid(
-                param, CALLER, "a 1-D tensor of integer group ids", type(values).__name__,
+                param,
+                CALLER,
+                "a 1-D tensor of integer group ids",
+                type(values).__name__,
                 InvalidTypeError,
             ) from None
     if values.shape != (length,) or values.is_floating_point() or values.dtype == torch.bool:
@@ -213,5 +216,7 @@ def _labelled(labels: torch.Tensor, chosen: tuple[Any, ...], param: str) -> torc
     if not chosen:
         return torch.zeros(len(labels), dtype=torch.bool, device=labels.device)
     if labels.ndim != 1:
-        raise invalid(param, CALLER, "to be used with 1-D labels", f"labels of shape {tuple(labels.shape)}")
+        raise invalid(
+            param, CALLER, "to be used with 1-D labels", f"labels of shape {tuple(labels.shape)}"
+        )
     return torch.isin(labels, torch.tensor(chosen, dtype=labels.dtype, device=labels.device))

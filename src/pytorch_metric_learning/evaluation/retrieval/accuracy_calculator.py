@@ -466,9 +466,7 @@ class AccuracyCalculator:
                 options,
                 (is_query, is_reference) if roles else None,
             )
-            query, query_labels, reference, reference_labels, options, self_rows = (
-                protocol_inputs
-            )
+            query, query_labels, reference, reference_labels, options, self_rows = protocol_inputs
             ref_includes_query = False  # the self matches are a rule of the protocol
         check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
         check_has_columns(query, f"{OWNER}.get_accuracy")
@@ -959,15 +957,22 @@ def _protocol_inputs(
         reference_groups = query_groups
     elif (query_groups is None) != (reference_groups is None):
         missing = "reference_groups" if reference_groups is None else "query_groups"
-        raise invalid(missing, "AccuracyCalculator.get_accuracy", "group ids (both or neither)", None)
+        raise invalid(
+            missing, "AccuracyCalculator.get_accuracy", "group ids (both or neither)", None
+        )
     if query_groups is not None:
         query_groups = check_groups(query_groups, "query_groups", len(query), device)
-        reference_groups = check_groups(reference_groups, "reference_groups", len(reference), device)
+        reference_groups = check_groups(
+            reference_groups, "reference_groups", len(reference), device
+        )
     pairs = options.excluded_pairs
     if pairs is not None and not isinstance(pairs, torch.Tensor):
         raise invalid(
-            "excluded_pairs", "AccuracyCalculator.get_accuracy", "an (m, 2) integer tensor",
-            type(pairs).__name__, InvalidTypeError,
+            "excluded_pairs",
+            "AccuracyCalculator.get_accuracy",
+            "an (m, 2) integer tensor",
+            type(pairs).__name__,
+            InvalidTypeError,
         )
     pairs = None if pairs is None else pairs.to(device)
     self_rows = torch.arange(len(query), device=device) if ref_includes_query else None
@@ -978,13 +983,14 @@ def _protocol_inputs(
         self_rows = position[roles.query_rows]
         if pairs is not None:
             pairs = _pairs_in_roles(pairs, roles.query_rows, position)
-        everything = (query, query_labels, query_groups)
-        query, query_labels, query_groups = (
-            None if t is None else t[roles.query_rows] for t in everything
-        )
-        reference, reference_labels, reference_groups = (
-            None if t is None else t[roles.reference_rows] for t in everything
-        )
+        rows = (query, query_labels)
+        query, query_labels = (t[roles.query_rows] for t in rows)
+        reference, reference_labels = (t[roles.reference_rows] for t in rows)
+        if query_groups is not None:
+            query_groups, reference_groups = (
+                query_groups[roles.query_rows],
+                query_groups[roles.reference_rows],
+            )
     checked = ProtocolOptions(
         query_groups, reference_groups, options.junk_labels, options.distractor_labels, pairs
     )
@@ -1006,7 +1012,9 @@ def _pairs_in_roles(
     size = len(reference_position)
     if len(pairs) and (int(pairs.min()) < 0 or int(pairs.max()) >= size):
         raise invalid(
-            "excluded_pairs", "AccuracyCalculator.get_accuracy", f"row indices in [0, {size})",
+            "excluded_pairs",
+            "AccuracyCalculator.get_accuracy",
+            f"row indices in [0, {size})",
             f"indices from {int(pairs.min())} to {int(pairs.max())}",
         )
     query_position = torch.full_like(reference_position, -1)

@@ -45,7 +45,8 @@ def search_excluding(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(distances, indices, valid)``, each ``(len(query), k)``: every row's candidates
     first, nearest first; ``valid`` is False on the columns past a row's last candidate
-    (rows with fewer than ``k`` candidates), whose entries mean nothing.
+    (rows with fewer than ``k`` candidates), whose entries mean nothing. References that
+    are never candidates are dropped before the backend is called.
 
     Example:
         >>> from pytorch_metric_learning.distances import LpDistance
@@ -56,14 +57,47 @@ def search_excluding(
         >>> search_excluding(knn, x[:1], 2, x, rule)[1].tolist()
         [[1, 2]]
     """
-    if accepts_exclusion(knn_func):
-        output = knn_func(query, k, reference, False, exclusion=exclusion)
+    rules, kept = exclusion.candidates_only()
+    searched = reference if kept is None else reference[kept.to(reference.device)]
+    width = min(k, len(searched))
+    if width == 0:
+        distances = torch.empty((len(query), 0), dtype=query.dtype, device=query.device)
+        indices = torch.empty((len(query), 0), dtype=torch.long, device=query.device)
+    elif accepts_exclusion(knn_func):
+        output = knn_func(query, width, searched, False, exclusion=rules)
         distances, indices = check_knn_output(
-            output, query, k, reference, False, backend=knn_func, caller=caller
+            output, query, width, searched, False, backend=knn_func, caller=caller
         )
     else:
-        distances, indices = _search_wider(knn_func, query, k, reference, exclusion, caller)
-    return _candidates_first(distances, indices, exclusion, k)
+        distances, indices = _search_wider(knn_func, query, width, searched, rules, caller)
+    distances, indices, valid = _candidates_first(distances, indices, rules, width)
+    if kept is not None:
+        indices = kept.to(indices.device)[indices]
+    return _padded(distances, indices, valid, k)
+
+
+def _padded(
+    distances: torch.Tensor, indices: torch.Tensor, valid: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``k`` columns: those missing (more than the candidates were asked for) are invalid."""
+    missing = k - indices.shape[1]
+    if missing <= 0:
+        return distances, indices, valid
+    rows = len(indices)
+    pad = torch.zeros((rows, missing), dtype=torch.long, device=indices.device)
+    return (
+        torch.cat(
+            [
+                distances,
+                torch.full(
+                    (rows, missing), torch.inf, dtype=distances.dtype, device=distances.device
+                ),
+            ],
+            dim=1,
+        ),
+        torch.cat([indices, pad], dim=1),
+        torch.cat([valid, pad.bool()], dim=1),
+    )
 
 
 def _search_wider(

@@ -17,6 +17,8 @@ Three kinds of rule, any number of each combined (a pair is excluded when any ru
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,6 +32,9 @@ __all__ = ["Exclusion", "key_pairs"]
 OWNER = "Exclusion"
 # Excluded pairs materialized at once when a whole query set is scanned (about 32 MiB).
 _PAIRS_BLOCK = 1 << 21
+# Row blocks whose excluded pairs a tiled search keeps, sorted by column, while it walks
+# their column tiles (a few per thread).
+_CACHED_BLOCKS = 8
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,12 @@ class _KeyRule:
 
     def reordered(self, position: torch.Tensor) -> _KeyRule:
         return _KeyRule(self.query_keys, self.sorted_keys, position[self.targets])
+
+    def restricted(self, position: torch.Tensor) -> _KeyRule:
+        """The rule over the references whose ``position`` is not -1, renumbered by it."""
+        targets = position[self.targets]
+        kept = targets >= 0
+        return _KeyRule(self.query_keys, self.sorted_keys[kept], targets[kept])
 
 
 class Exclusion:
@@ -97,6 +108,14 @@ class Exclusion:
             rules.append(self._pair_rule(pairs))
         self._rules = rules
         self.never_candidates = self._flags(never_candidates)
+        self._start_cache()
+
+    def _start_cache(self) -> None:
+        """The never-candidate columns as sorted indices, and an empty cache of row blocks."""
+        flags = self.never_candidates
+        self._never_columns = None if flags is None else flags.nonzero().flatten()
+        self._blocks: OrderedDict[tuple[int, int], tuple[torch.Tensor, ...]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         junk = 0 if self.never_candidates is None else int(self.never_candidates.sum())
@@ -123,7 +142,10 @@ class Exclusion:
                 "pairs", OWNER, "an (m, 2) integer tensor", f"{pairs.dtype} {tuple(pairs.shape)}"
             )
         pairs = pairs.long()
-        for column, size, role in ((0, self.num_query, "query"), (1, self.num_reference, "reference")):
+        for column, size, role in (
+            (0, self.num_query, "query"),
+            (1, self.num_reference, "reference"),
+        ):
             values = pairs[:, column]
             if len(values) and (int(values.min()) < 0 or int(values.max()) >= size):
                 raise invalid(
@@ -176,17 +198,35 @@ class Exclusion:
         if self.never_candidates is not None:
             scores[:, self.never_candidates.to(scores.device)] = worst
 
-    def fill_tile(
-        self, scores: torch.Tensor, rows: slice, first_column: int, worst: float
-    ) -> None:
-        """Like :meth:`fill` for the tile of columns ``first_column`` onward."""
+    def fill_tile(self, scores: torch.Tensor, rows: slice, first_column: int, worst: float) -> None:
+        """Like :meth:`fill` for the tile of columns ``first_column`` onward. The pairs of
+        a row block are found once and kept, sorted by column, while its tiles are walked."""
+        position, columns = self._sorted_pairs(rows)
+        last_column = first_column + scores.shape[1]
+        bounds = torch.tensor([first_column, last_column], device=columns.device)
+        low, high = torch.searchsorted(columns, bounds).tolist()
+        if high > low:
+            scores[position[low:high], columns[low:high] - first_column] = worst
+        if self._never_columns is not None:
+            low, high = torch.searchsorted(self._never_columns, bounds).tolist()
+            if high > low:
+                scores[:, self._never_columns[low:high] - first_column] = worst
+
+    def _sorted_pairs(self, rows: slice) -> tuple[torch.Tensor, ...]:
+        key = (int(rows.start or 0), int(rows.stop))
+        with self._lock:
+            found = self._blocks.get(key)
+            if found is not None:
+                self._blocks.move_to_end(key)
+                return found
         position, columns = self.pairs_of(rows)
-        columns = columns - first_column
-        inside = (columns >= 0) & (columns < scores.shape[1])
-        scores[position[inside], columns[inside]] = worst
-        if self.never_candidates is not None:
-            flags = self.never_candidates[first_column : first_column + scores.shape[1]]
-            scores[:, flags] = worst
+        columns, order = torch.sort(columns)
+        found = (position[order], columns)
+        with self._lock:
+            self._blocks[key] = found
+            while len(self._blocks) > _CACHED_BLOCKS:
+                self._blocks.popitem(last=False)
+        return found
 
     def excluded_at(self, indices: torch.Tensor) -> torch.Tensor:
         """Boolean ``(num_query, k)``: whether reference ``indices[q, i]`` is excluded for
@@ -223,12 +263,32 @@ class Exclusion:
         copy._rules = [rule.reordered(position) for rule in self._rules]
         flags = self.never_candidates
         copy.never_candidates = None if flags is None else flags[order]
+        copy._start_cache()
         return copy
+
+    def candidates_only(self) -> tuple[Exclusion, torch.Tensor | None]:
+        """``(rules, kept)``: the rules over the references that are candidates of some
+        query (``reference[kept]``), renumbered, and ``kept``; ``kept`` is None when every
+        reference may be a candidate. A search that drops the never-candidates first
+        computes no distance to them."""
+        flags = self.never_candidates
+        if flags is None:
+            return self, None
+        kept = (~flags).nonzero().flatten()
+        position = torch.full((self.num_reference,), -1, dtype=torch.long, device=flags.device)
+        position[kept] = torch.arange(len(kept), device=flags.device)
+        copy = self._copy()
+        copy.num_reference = len(kept)
+        copy._rules = [rule.restricted(position) for rule in self._rules]
+        copy.never_candidates = None
+        copy._start_cache()
+        return copy, kept
 
     def _copy(self) -> Exclusion:
         copy = Exclusion.__new__(Exclusion)
         copy.num_query, copy.num_reference = self.num_query, self.num_reference
         copy._rules, copy.never_candidates = list(self._rules), self.never_candidates
+        copy._start_cache()
         return copy
 
     def _codes(self, rows: torch.Tensor) -> torch.Tensor:
@@ -266,14 +326,17 @@ def key_pairs(
         >>> keys = key_pairs(torch.tensor([1, 1, 2, 1]), torch.tensor([5, 6, 5, 5]), 2)
         >>> [k.tolist() for k in keys]
         [[0, 1], [2, 0]]
+        >>> keys[0][0] == keys[1][1], keys[0][1] == keys[1][0]
+        (tensor(True), tensor(False))
     """
     if first.shape != second.shape or first.ndim != 1:
         raise InvalidArgumentError(
             "key_pairs needs two 1-D tensors of equal length. "
             f"Got shapes {tuple(first.shape)} and {tuple(second.shape)} instead."
         )
-    joint = torch.stack([first, second], dim=1)
-    keys = torch.unique(joint, dim=0, return_inverse=True)[1]
+    first_ids = torch.unique(first, return_inverse=True)[1]
+    second_ids = torch.unique(second, return_inverse=True)[1]
+    keys = first_ids * (int(second_ids.max()) + 1 if len(second_ids) else 1) + second_ids
     split = len(first) - num_reference
     return keys[:split], keys[split:]
 

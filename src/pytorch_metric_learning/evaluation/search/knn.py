@@ -19,7 +19,6 @@ from ...distances.lp_distance import power_of_squared as _power_of_squared
 from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
 from ._compiled_search import sample_first, search_compiled
-from .exclusion import Exclusion
 from ._rescale import Rescaled, rescale
 from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._tiled_search import (
@@ -30,6 +29,7 @@ from ._tiled_search import (
     square_tile,
 )
 from ._topk import topk
+from .exclusion import Exclusion
 
 __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
 
@@ -218,9 +218,7 @@ class CustomKNN:
         tile = self._tile(len(reference), query.element_size())
         compiled = self._compiled_pays(query, reference, k)
         symmetric = (
-            same
-            and exclusion is None
-            and (compiled or _symmetric_pays(k, len(reference), tile[0]))
+            same and exclusion is None and (compiled or _symmetric_pays(k, len(reference), tile[0]))
         )
         size = (len(query), len(reference), k - 1 if drop_self else k)
         if compiled:
