@@ -14,10 +14,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_knn_ties import _force
 
 from pytorch_metric_learning.distances import DotProductSimilarity, LpDistance
 from pytorch_metric_learning.errors import InvalidArgumentError
-from pytorch_metric_learning.evaluation.search import CustomKNN, _compiled_topk
+from pytorch_metric_learning.evaluation.search import CustomKNN
 from pytorch_metric_learning.evaluation.search._excluded_search import search_excluding
 from pytorch_metric_learning.evaluation.search.exclusion import Exclusion
 
@@ -68,18 +69,11 @@ def oracle(query, reference, distance, k, mask):
 
 
 def force_path(patch: pytest.MonkeyPatch, path: str) -> None:
-    if path == "compiled":
-        patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
-        patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
-        patch.setattr(knn_module, "COMPILED_TILE", 16)
-        patch.setattr(compiled_module, "BLOCK_ROWS", 8)
-        patch.setattr(compiled_module, "BLOCK_COLUMNS", 12)
-        patch.setattr(_compiled_topk, "MIN_PART", 1)
-    else:
-        patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 2**62)
-    if path == "small tiles":
-        patch.setattr(knn_module, "TILE_BYTES", 256)
-        patch.setattr(knn_module, "MIN_BLOCK_ROWS", 1)
+    """Whole-row blocks, compiled tiles of 32 (computed in 8 x 12 blocks), or tiny tiles."""
+    tile_bytes = 256 if path == "small tiles" else knn_module.TILE_BYTES
+    _force(patch, "compiled" if path == "compiled" else "rows", tile_bytes)
+    patch.setattr(compiled_module, "BLOCK_ROWS", 8)
+    patch.setattr(compiled_module, "BLOCK_COLUMNS", 12)
 
 
 @st.composite
