@@ -139,7 +139,9 @@ class CustomKNN:
             exclusion = _checked_exclusion(exclusion, len(query), len(reference))
             if ref_includes_query:  # the self matches become one more rule
                 rows = torch.arange(len(query), device=query.device)
-                exclusion = exclusion.with_same_keys(rows, torch.arange(len(reference)))
+                exclusion = exclusion.with_same_keys(
+                    rows, torch.arange(len(reference), device=rows.device)
+                )
                 ref_includes_query, search_k = False, search_k - 1
         logger.debug(
             "CustomKNN: %d queries, %d references, k=%d, %s",
