@@ -158,6 +158,7 @@ def test_worked_example_by_hand() -> None:
     assert result["mean_inverse_negative_penalty"] == pytest.approx(2 / 4)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(data=camera_sets(), data_pairs=st.data())
 def test_excluding_a_pair_changes_only_its_query(data, data_pairs) -> None:

@@ -199,6 +199,7 @@ def test_bad_pairs_are_refused_with_the_argument_named() -> None:
         Exclusion(2, 4, pairs=torch.tensor([[0.0, 1.0]]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["rows", "compiled"])
 def test_no_dense_mask_is_allocated(path) -> None:
     """Memory stays linear: no single allocation during the excluded search comes near a
@@ -214,6 +215,8 @@ def test_no_dense_mask_is_allocated(path) -> None:
         force_path(patch, path)
         patch.setattr(knn_module, "TILE_BYTES", 2**16)
         patch.setattr(knn_module, "MIN_BLOCK_ROWS", 1)
+        patch.setattr(compiled_module, "BLOCK_ROWS", 256)  # few blocks: few profiled ops
+        patch.setattr(compiled_module, "BLOCK_COLUMNS", 256)
         if path == "compiled":
             patch.setattr(knn_module, "COMPILED_TILE", 256)
         knn(points, 10, points.clone(), exclusion=rule)  # warm up (numba compilation)
