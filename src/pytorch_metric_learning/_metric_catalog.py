@@ -26,7 +26,11 @@ DEFAULT_METRICS = (
     "r_precision",
 )
 # ... and these only when asked for.
-ON_REQUEST_METRICS = ("mean_average_precision", "mean_reciprocal_rank")
+ON_REQUEST_METRICS = (
+    "mean_average_precision",
+    "mean_reciprocal_rank",
+    "mean_inverse_negative_penalty",
+)
 
 # The parametrized families, as they are written in messages and docs.
 FAMILIES = (

@@ -43,6 +43,7 @@ SPEC_DEFAULTS = {
     "embeddings_device": None,
     "progress_bar": True,
     "distributed": False,
+    "split_groups": None,
 }
 
 

@@ -69,20 +69,14 @@ class EvaluationInputs:
     reference_labels: torch.Tensor | None
     class_names: list[str] | None
     query_categories: list[Any] | None = None
+    query_groups: torch.Tensor | None = None
+    reference_groups: torch.Tensor | None = None
 
 
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     """Read and cross-check the query, reference and label files named by ``args``."""
     check_reference_options(args)
-    check_one_stdin(
-        {
-            "QUERY": args.query,
-            "--labels": args.labels,
-            "--reference": args.reference,
-            "--reference-labels": args.reference_labels,
-            "--query-categories": getattr(args, "query_categories", None),
-        }
-    )
+    check_one_stdin(input_files(args))
     query = load_embeddings(args.query)
     raw = [read_labels(args.labels, num_rows=len(query))]
     reference = None
@@ -96,7 +90,23 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
         reference = reference.to(torch.promote_types(query.dtype, reference.dtype))
         query = query.to(reference.dtype)
     categories = read_categories(getattr(args, "query_categories", None), len(query))
-    return EvaluationInputs(query, labels[0], reference, reference_labels, names, categories)
+    inputs = EvaluationInputs(query, labels[0], reference, reference_labels, names, categories)
+    inputs.query_groups, inputs.reference_groups = _load_groups(args, len(query), reference)
+    return inputs
+
+
+def _load_groups(
+    args: argparse.Namespace, num_query: int, reference: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``--query-groups`` and ``--reference-groups``, numbered together like labels."""
+    query_file = getattr(args, "query_groups", None)
+    if query_file is None:
+        return None, None
+    raw = [read_labels(query_file, num_rows=num_query)]
+    if reference is not None:
+        raw.append(read_labels(args.reference_groups, num_rows=len(reference)))
+    groups, _ = encode_labels(*raw)
+    return groups[0], groups[1] if reference is not None else None
 
 
 def _check_widths(query: torch.Tensor, reference: torch.Tensor, args: argparse.Namespace) -> None:
@@ -251,6 +261,8 @@ def compute_metrics(
         ref_includes_query=ref_includes_query,
         return_per_query=return_per_query,
         query_categories=inputs.query_categories,
+        query_groups=inputs.query_groups,
+        reference_groups=inputs.reference_groups,
     )
 
 
@@ -399,6 +411,9 @@ def _record(
         "reference": args.reference,
         "reference_labels": args.reference_labels,
         "query_categories": getattr(args, "query_categories", None),
+        "query_groups": getattr(args, "query_groups", None),
+        "reference_groups": getattr(args, "reference_groups", None),
+        "queries_left_out": calculator.last_num_queries_left_out,
         "ref_includes_query": bool(args.ref_includes_query or args.reference is None),
         "num_queries": len(inputs.query),
         "num_references": len(inputs.query if inputs.reference is None else inputs.reference),

@@ -17,6 +17,8 @@ class ScoredPair(NamedTuple):
     reference: torch.Tensor
     reference_labels: torch.Tensor
     ref_includes_query: bool
+    query_groups: torch.Tensor | None = None
+    reference_groups: torch.Tensor | None = None
 
     def accuracy_arguments(
         self,
@@ -28,10 +30,14 @@ class ScoredPair(NamedTuple):
         rows when ``query_rows``/``reference_rows`` (boolean masks) are given."""
         all_query = slice(None) if query_rows is None else query_rows
         all_reference = slice(None) if reference_rows is None else reference_rows
-        return {
+        arguments = {
             "query": self.query[all_query],
             "query_labels": self.query_labels[all_query, level],
             "reference": self.reference[all_reference],
             "reference_labels": self.reference_labels[all_reference, level],
             "ref_includes_query": self.ref_includes_query,
         }
+        if self.query_groups is not None and self.reference_groups is not None:
+            arguments["query_groups"] = self.query_groups[all_query]
+            arguments["reference_groups"] = self.reference_groups[all_reference]
+        return arguments

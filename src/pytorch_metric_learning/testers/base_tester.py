@@ -81,6 +81,11 @@ class BaseTester:
             :class:`~pytorch_metric_learning.evaluation.distributed.DistributedAccuracyCalculator`)
             or a DistributedAccuracyCalculator, whose ``group`` and ``timeout`` the tester
             uses too. ``embeddings_and_labels`` holds this rank's rows, in the hook too.
+        split_groups: ``{split name: group ids}``, one integer id (e.g. a camera id) per
+            item of the split's dataset, in dataset order: passed to ``get_accuracy`` as
+            ``query_groups``/``reference_groups`` (joined like the reference splits), so a
+            reference with the query's label and group is not a candidate (the
+            re-identification protocol, docs/protocols.md). Not with ``distributed``.
 
     Example:
         >>> tester = BaseTester(batch_size=64, data_device="cpu")
@@ -109,6 +114,7 @@ class BaseTester:
         embeddings_device: torch.device | str | None = None,
         progress_bar: bool = True,
         distributed: bool = False,
+        split_groups: Mapping[str, Any] | None = None,
     ) -> None:
         owner = type(self).__name__
         self.normalize_embeddings = opts.check_bool(
@@ -145,6 +151,7 @@ class BaseTester:
             opts.check_device(embeddings_device, "embeddings_device", owner) or self.data_device
         )
         self.progress_bar = opts.check_bool(progress_bar, "progress_bar", owner)
+        self.split_groups = _check_split_groups(split_groups, self.distributed, owner)
         # a defaultdict(dict), as in 2.x: code may write all_accuracies[split][key] = value
         self.all_accuracies: dict[str, dict[str, Any]] = defaultdict(dict)
 
@@ -503,7 +510,8 @@ class BaseTester:
         logger.info(
             "Computing accuracy for the %s split w.r.t %s", query_split_name, reference_split_names
         )
-        pair = ScoredPair(query, query_labels, reference, reference_labels, includes)
+        groups = self._groups(query_split_name, reference_split_names, (query, reference))
+        pair = ScoredPair(query, query_labels, reference, reference_labels, includes, *groups)
         per_level = {level: self.score_level(pair, level) for level in levels}
         accuracies: dict[str, Any] = {"epoch": epoch}
         for level, scores in per_level.items():
@@ -511,6 +519,40 @@ class BaseTester:
         if not isinstance(self.label_hierarchy_level, int):
             accuracies.update(self._level_averages(per_level))
         return accuracies
+
+    def _groups(
+        self,
+        query_split_name: str,
+        reference_split_names: tuple[str, ...],
+        embeddings: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The ``split_groups`` of the query split and of the reference splits (joined in
+        order), checked against their embeddings; ``(None, None)`` without groups."""
+        if self.split_groups is None:
+            return None, None
+        found = []
+        for names, rows in (
+            ((query_split_name,), embeddings[0]),
+            (reference_split_names, embeddings[1]),
+        ):
+            missing = [name for name in names if name not in self.split_groups]
+            if missing:
+                raise invalid(
+                    "split_groups",
+                    self._owner,
+                    f"group ids for every evaluated split (missing {missing})",
+                    sorted(self.split_groups),
+                )
+            groups = torch.cat([self.split_groups[name] for name in names]).to(rows.device)
+            if len(groups) != len(rows):
+                raise invalid(
+                    "split_groups",
+                    self._owner,
+                    f"one group id per item of {list(names)} ({len(rows)})",
+                    f"{len(groups)} ids",
+                )
+            found.append(groups)
+        return found[0], found[1]
 
     def _project(
         self, query: torch.Tensor, reference: torch.Tensor, includes: bool
@@ -667,3 +709,33 @@ def _check_same_levels(
             f"Query and reference splits {list(dict.fromkeys(names))} must have the same "
             f"number of label levels. Got {levels} instead."
         )
+
+
+def _check_split_groups(
+    split_groups: Mapping[str, Any] | None, distributed: bool, owner: str
+) -> dict[str, torch.Tensor] | None:
+    """``{split name: 1-D integer group ids, one per item in dataset order}``."""
+    if split_groups is None:
+        return None
+    if not isinstance(split_groups, Mapping):
+        raise invalid(
+            "split_groups",
+            owner,
+            "a mapping of split names to group ids",
+            split_groups,
+            InvalidTypeError,
+        )
+    if distributed:
+        raise invalid("split_groups", owner, "None with distributed=True", "group ids")
+    checked = {}
+    for name, groups in split_groups.items():
+        tensor = torch.as_tensor(groups)
+        if tensor.ndim != 1 or tensor.is_floating_point() or tensor.dtype == torch.bool:
+            raise invalid(
+                "split_groups",
+                owner,
+                f"1-D integer group ids for split {name!r}",
+                f"{tensor.dtype} of shape {tuple(tensor.shape)}",
+            )
+        checked[str(name)] = tensor.long()
+    return checked

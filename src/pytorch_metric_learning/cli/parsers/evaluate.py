@@ -51,6 +51,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="the first rows of --reference are QUERY; a query never retrieves itself",
     )
     parser.add_argument(
+        "--query-groups",
+        metavar="FILE",
+        help="a group id (e.g. camera) per query, same formats as --labels: a reference with "
+        "the query's label and group is not a candidate (re-identification protocol); "
+        "without --reference it covers both roles",
+    )
+    parser.add_argument("--reference-groups", metavar="FILE", help="a group id per --reference row")
+    parser.add_argument(
         "--metrics",
         type=metric_names(KNOWN_METRICS),
         default=(),
@@ -210,6 +218,12 @@ def check_reference_options(args: argparse.Namespace) -> None:
         raise UsageError("--reference and --reference-labels must be given together")
     if args.ref_includes_query and args.reference is None:
         raise UsageError("--ref-includes-query needs --reference")
+    query_groups = getattr(args, "query_groups", None)
+    reference_groups = getattr(args, "reference_groups", None)
+    if reference_groups is not None and args.reference is None:
+        raise UsageError("--reference-groups needs --reference (else --query-groups covers both)")
+    if args.reference is not None and (query_groups is None) != (reference_groups is None):
+        raise UsageError("--query-groups and --reference-groups must be given together")
 
 
 def input_files(args: argparse.Namespace) -> dict[str, str | None]:
@@ -219,9 +233,11 @@ def input_files(args: argparse.Namespace) -> dict[str, str | None]:
         "--labels": args.labels,
         "--reference": args.reference,
         "--reference-labels": args.reference_labels,
-        "--query-categories": args.query_categories,
-        "--images": args.images,
-        "--reference-images": args.reference_images,
+        "--query-categories": getattr(args, "query_categories", None),
+        "--images": getattr(args, "images", None),
+        "--reference-images": getattr(args, "reference_images", None),
+        "--query-groups": getattr(args, "query_groups", None),
+        "--reference-groups": getattr(args, "reference_groups", None),
     }
 
 

@@ -153,6 +153,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         return_per_query: bool = False,
         query_categories: Any = None,
         return_per_category: bool | None = None,
+        **protocol: Any,
     ) -> dict[str, MetricValue]:
         """The selected metrics of every rank's shards together, the same on every rank.
 
@@ -173,6 +174,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
                 "(query_categories); gather the embeddings on one rank and use "
                 "AccuracyCalculator."
             )
+        _refuse_protocol(protocol)
         functions = self._functions_for_call(include, exclude)
         self._check_builtin(list(functions))
         comm = resolve_comm(self.group, self.timeout, _device_of(query, self.device))
@@ -428,3 +430,33 @@ def _per_query(
             for start in range(0, len(relevance), rows)
         ]
     )
+
+
+_PROTOCOL_OPTIONS = (
+    "query_groups",
+    "reference_groups",
+    "junk_labels",
+    "distractor_labels",
+    "excluded_pairs",
+    "is_query",
+    "is_reference",
+)
+
+
+def _refuse_protocol(options: dict[str, Any]) -> None:
+    """The protocols of AccuracyCalculator.get_accuracy (groups, junk, pairs, roles) are
+    not computed across ranks yet: refuse them by name rather than ignore them."""
+    unknown = sorted(set(options) - set(_PROTOCOL_OPTIONS))
+    if unknown:
+        raise TypeError(f"{_OWNER}.get_accuracy got unexpected keyword arguments {unknown}")
+    given = sorted(
+        name
+        for name, value in options.items()
+        if value is not None and (not isinstance(value, (tuple, list)) or len(value))
+    )
+    if given:
+        raise InvalidArgumentError(
+            f"{_OWNER}.get_accuracy does not apply {given} across ranks (the evaluation "
+            "protocols of docs/protocols.md); gather the embeddings on one rank and use "
+            "AccuracyCalculator."
+        )

@@ -6,7 +6,7 @@ import ``search`` and ``clustering``; nothing of verification or distributed.
 
 from __future__ import annotations
 
-from ._per_query import PerQueryValues
+from ._per_query import PerQueryValues, cmc_curve
 from .accuracy_calculator import AccuracyCalculator
 from .binomial import clopper_pearson
 from .bootstrap import (
@@ -26,6 +26,7 @@ __all__ = [
     "bootstrap_interval",
     "bootstrap_intervals",
     "clopper_pearson",
+    "cmc_curve",
     "compare_per_query",
     "paired_bootstrap",
 ]

@@ -34,6 +34,7 @@ _BUILTIN: dict[str, PerQueryFunction] = {
     "mean_average_precision_at_r": metrics.mean_average_precision_at_r,
     "mean_average_precision": metrics.mean_average_precision,
     "mean_reciprocal_rank": lambda relevance, _: metrics.mean_reciprocal_rank(relevance),
+    "mean_inverse_negative_penalty": metrics.mean_inverse_negative_penalty,
 }
 
 

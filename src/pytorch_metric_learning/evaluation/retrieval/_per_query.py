@@ -12,9 +12,12 @@ from typing import Any, Callable
 
 import torch
 
+from ..._validation import check_positive_int
+from ...errors import InvalidArgumentError
 from ._metric_names import per_query_function
+from .metrics import first_relevant_rank
 
-__all__ = ["PerQueryValues", "collect_per_query", "per_query_values"]
+__all__ = ["PerQueryValues", "cmc_curve", "collect_per_query", "per_query_values"]
 
 
 @dataclass
@@ -27,14 +30,62 @@ class PerQueryValues:
         query_labels: The labels of those queries (for slicing or resampling by class).
         values: ``{metric name: float64 tensor}``, aligned with ``query_indices``; its mean
             is the metric as ``get_accuracy`` reports it without ``avg_of_avgs``.
+        first_relevant_rank: Long tensor aligned with ``query_indices``: the rank (from 1)
+            of each query's first relevant neighbour among the retrieved ones, 0 when none
+            of them is relevant (the CMC curve, see :meth:`cmc_curve`).
+        num_retrieved: Neighbours retrieved per query (candidates, under a protocol).
     """
 
     query_indices: torch.Tensor
     query_labels: torch.Tensor
     values: dict[str, torch.Tensor] = field(default_factory=dict)
+    first_relevant_rank: torch.Tensor | None = None
+    num_retrieved: int = 0
 
     def __len__(self) -> int:
         return len(self.query_indices)
+
+    def cmc_curve(self, max_rank: int) -> torch.Tensor:
+        """The CMC curve up to ``max_rank``: see :func:`cmc_curve`."""
+        return cmc_curve(self, max_rank)
+
+
+def cmc_curve(per_query: PerQueryValues, max_rank: int) -> torch.Tensor:
+    """The cumulative matching characteristic: entry ``r - 1`` is the share of the queries
+    (those with a relevant reference) whose first relevant neighbour has rank ``r`` or less,
+    i.e. ``recall_at_<r>``, for ``r = 1 .. max_rank``; float64.
+
+    ``max_rank`` may not exceed the neighbours retrieved (``k``; every reference with
+    ``k=None``), unless every query already found a relevant one.
+
+    Example:
+        >>> import torch
+        >>> from pytorch_metric_learning.evaluation.retrieval import AccuracyCalculator
+        >>> calc = AccuracyCalculator(include=("recall_at_3",))
+        >>> x = torch.tensor([[0.0], [0.1], [1.0], [1.1]])
+        >>> out = calc.get_accuracy(x[:2], torch.tensor([0, 1]), x, torch.tensor([0, 0, 1, 1]),
+        ...                         return_per_query=True)
+        >>> cmc_curve(out["per_query"], 3).tolist()
+        [0.5, 0.5, 1.0]
+    """
+    max_rank = check_positive_int(max_rank, "max_rank", "cmc_curve")
+    ranks = per_query.first_relevant_rank
+    if ranks is None:
+        raise InvalidArgumentError(
+            "cmc_curve needs the per-query values of a k-NN metric (get_accuracy(..., "
+            "return_per_query=True) with one selected). Got none instead."
+        )
+    found = ranks > 0
+    if max_rank > per_query.num_retrieved and not bool(found.all()):
+        raise InvalidArgumentError(
+            f"The 'max_rank' parameter of cmc_curve must be at most the {per_query.num_retrieved} "
+            f"neighbours retrieved per query. Got {max_rank} instead; search with k >= "
+            f"{max_rank} (or k=None)."
+        )
+    if len(ranks) == 0:
+        return torch.full((max_rank,), float("nan"), dtype=torch.float64)
+    counts = torch.bincount(ranks[found].clamp_max(max_rank + 1), minlength=max_rank + 2)
+    return counts[1 : max_rank + 1].cumsum(0).to(torch.float64).cpu() / len(ranks)
 
 
 def per_query_values(
@@ -59,7 +110,7 @@ def collect_per_query(names: list[str], kwargs: dict[str, Any], block: int) -> P
     stats = kwargs.get("label_stats")
     if stats is None:  # no k-NN metric was selected
         empty = torch.zeros(0, dtype=torch.long, device=query_labels.device)
-        return PerQueryValues(empty, query_labels[:0])
+        return PerQueryValues(empty, query_labels[:0], first_relevant_rank=empty)
     keep = stats.not_lone
     relevance, num_relevant = kwargs["relevance"][keep], stats.num_relevant[keep]
     values = {}
@@ -71,4 +122,10 @@ def collect_per_query(names: list[str], kwargs: dict[str, Any], block: int) -> P
                 if len(relevance)
                 else torch.zeros(0, dtype=torch.float64, device=relevance.device)
             )
-    return PerQueryValues(keep.nonzero().flatten(), query_labels[keep], values)
+    return PerQueryValues(
+        keep.nonzero().flatten(),
+        query_labels[keep],
+        values,
+        first_relevant_rank(relevance),
+        relevance.shape[1],
+    )

@@ -31,6 +31,7 @@ from ...errors import InvalidArgumentError, InvalidTypeError
 from ..clustering.kmeans import TorchKMeans
 from ..clustering.mutual_information import adjusted_mutual_info, normalized_mutual_info
 from ..search._checked_search import search_knn
+from ..search._excluded_search import search_excluding
 from ..search._spot_check import SpotCheck
 from ..search.knn import CustomKNN
 from ..search.registry import Spec, load_kmeans_func, load_knn_func
@@ -47,6 +48,17 @@ from ._compat import EQUALITY, legacy_knn_metric
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
 from ._metric_names import describe_families, parse_metric_name, per_query_function
 from ._per_query import PerQueryValues, collect_per_query, per_query_values
+from ._protocol import (
+    Protocol,
+    ProtocolOptions,
+    build_protocol,
+    check_groups,
+    check_no_overlap,
+    label_tuple,
+    protocol_relevance,
+    protocol_stats,
+    split_roles,
+)
 
 __all__ = ["AccuracyCalculator", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METRICS"]
 
@@ -204,6 +216,9 @@ class AccuracyCalculator:
         self.kmeans_func = TorchKMeans() if kmeans_func is None else load_kmeans_func(kmeans_func)
         # What the spot-check of the last search measured (exact or approximate, recall).
         self.last_knn_check: SpotCheck | None = None
+        # Queries of the last get_accuracy left out of the k-NN metrics (no valid relevant
+        # reference: lone, or every relevant reference excluded by the protocol).
+        self.last_num_queries_left_out = 0
 
     def __repr__(self) -> str:
         return (
@@ -304,6 +319,7 @@ class AccuracyCalculator:
             "mean_average_precision",
             "mean_average_precision_at_r",
             "mean_reciprocal_rank",
+            "mean_inverse_negative_penalty",
             "r_precision",
         ]
 
@@ -372,6 +388,14 @@ class AccuracyCalculator:
         return_per_query: bool = False,
         query_categories: Any = None,
         return_per_category: bool | None = None,
+        *,
+        query_groups: torch.Tensor | None = None,
+        reference_groups: torch.Tensor | None = None,
+        junk_labels: Sequence[Any] = (),
+        distractor_labels: Sequence[Any] = (),
+        excluded_pairs: torch.Tensor | None = None,
+        is_query: torch.Tensor | None = None,
+        is_reference: torch.Tensor | None = None,
     ) -> dict[str, MetricValue]:
         """Compute the selected metrics.
 
@@ -389,7 +413,8 @@ class AccuracyCalculator:
             return_per_query: Also return, under the key ``"per_query"``, a
                 :class:`PerQueryValues`: each built-in or parametrized k-NN metric's float64
                 value for every non-lone query, and those queries' indices and labels (for
-                slicing by class, finding failures, and :func:`bootstrap_intervals`).
+                slicing by class, finding failures, and :func:`bootstrap_intervals`); its
+                ``cmc_curve(max_rank)`` is the CMC curve.
             query_categories: A category per query (e.g. Stanford Online Products'
                 super-category): a 1-D integer tensor or array, or a sequence of ints or
                 strings. Every metric is then also reported per category.
@@ -397,6 +422,27 @@ class AccuracyCalculator:
                 {metric name: value}}`` with the categories in sorted order, each as
                 ``get_accuracy`` computes it on that category's queries alone against the
                 same reference. ``None`` (default): when ``query_categories`` is given.
+            query_groups: One integer group id (e.g. a camera id) per query: a reference
+                with the query's label *and* group is not a candidate (the
+                re-identification protocol). With ``reference=None`` (or the roles
+                below), one id per embedding and no ``reference_groups``.
+            reference_groups: One integer group id per reference; required with
+                ``query_groups`` when ``reference`` is given.
+            junk_labels: Reference labels that are no query's candidate (Market-1501:
+                ``(-1,)``). 1-D labels only.
+            distractor_labels: Reference labels that are candidates but never relevant
+                (Market-1501: ``(0,)``). 1-D labels only.
+            excluded_pairs: ``(m, 2)`` integer tensor of ``(query row, reference row)``
+                pairs that are not candidates (rows of the one set with the roles below).
+            is_query, is_reference: Bool flags over one set of embeddings (``query``,
+                with ``reference=None``): which rows are queries and which references
+                (a row may be both; it never retrieves itself).
+
+        Under any of the last seven options, a query's relevant references are those
+        that share its label, are candidates and are not distractors; ``R`` counts them,
+        and queries with none are left out of the k-NN metrics and counted (logged, and
+        kept in ``last_num_queries_left_out``). Excluded pairs are left out inside the
+        search, tile by tile (no dense mask). See docs/protocols.md.
 
         Returns:
             ``{metric name: float}`` (lists of per-label floats for k-NN metrics with
@@ -409,9 +455,30 @@ class AccuracyCalculator:
                 k-NN backend whose output has the wrong shape or indices outside the
                 reference.
         """
+        roles = is_query is not None or is_reference is not None
+        if roles:
+            _check_one_set(reference, reference_labels, ref_includes_query, reference_groups)
         query, query_labels, reference, reference_labels, ref_includes_query = self._inputs(
             query, query_labels, reference, reference_labels, ref_includes_query
         )
+        options = ProtocolOptions(
+            query_groups,
+            reference_groups,
+            label_tuple(junk_labels, "junk_labels"),
+            label_tuple(distractor_labels, "distractor_labels"),
+            excluded_pairs,
+        )
+        protocol_inputs = None
+        if roles or options.active:
+            self._check_protocol_allowed()
+            check_no_overlap(options)
+            protocol_inputs = _protocol_inputs(
+                (query, query_labels, reference, reference_labels, ref_includes_query),
+                options,
+                (is_query, is_reference) if roles else None,
+            )
+            query, query_labels, reference, reference_labels, options, self_rows = protocol_inputs
+            ref_includes_query = False  # the self matches are a rule of the protocol
         check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
         check_has_columns(query, f"{OWNER}.get_accuracy")
         categories = _categories_for_call(query_categories, return_per_category, query)
@@ -424,6 +491,8 @@ class AccuracyCalculator:
             "ref_includes_query": ref_includes_query,
             "label_comparison_fn": self.label_comparison_fn,
         }
+        if protocol_inputs is not None:
+            kwargs["protocol_options"] = (options, self_rows)
         if any(self._uses_knn(name) for name in functions):
             kwargs.update(self._knn_kwargs(functions, **kwargs))
         if any(name in self.requires_clustering() for name in functions):
@@ -555,10 +624,17 @@ class AccuracyCalculator:
         ref_includes_query = kwargs["ref_includes_query"]
         comparison = self._custom_comparison
         stats = label_stats(query_labels, reference_labels, ref_includes_query, comparison)
+        protocol = None
+        if kwargs.get("protocol_options") is not None:
+            options, self_rows = kwargs["protocol_options"]
+            protocol = build_protocol(options, stats, (query_labels, reference_labels), self_rows)
+            stats = protocol_stats(stats, protocol)
         not_lone = stats.not_lone
+        self.last_num_queries_left_out = int((~not_lone).sum())
         if not bool(not_lone.any()):
             logger.warning(
-                "None of the query labels are in the reference set: the k-NN metrics are NaN."
+                "None of the query labels are in the reference set%s: the k-NN metrics are NaN.",
+                "" if protocol is None else " as valid relevant references (after exclusions)",
             )
         k = self._neighbours_needed(
             list(functions), stats, len(reference) - int(ref_includes_query)
@@ -569,10 +645,15 @@ class AccuracyCalculator:
                 len(reference) - int(ref_includes_query),
             )
         logger.info("AccuracyCalculator: k=%d neighbours per query (k=%r)", k, self.k)
-        distances, indices = self._search(query, k, reference, ref_includes_query)
+        if protocol is None:
+            distances, indices = self._search(query, k, reference, ref_includes_query)
+        else:
+            distances, indices, valid = self._search_excluding(query, k, reference, protocol)
         needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None
         relevance = relevance_of(stats, indices, query_labels, knn_labels, comparison)
+        if protocol is not None:
+            relevance = protocol_relevance(relevance, indices, valid, protocol)
         lone_classes = torch.zeros(stats.num_classes, dtype=torch.bool, device=not_lone.device)
         lone_classes[stats.query_class[~not_lone]] = True
         return {
@@ -653,6 +734,26 @@ class AccuracyCalculator:
             logger.warning("The k-NN metrics come from an %s.", self.last_knn_check.describe())
         return result
 
+    def _search_excluding(
+        self, query: torch.Tensor, k: int, reference: torch.Tensor, protocol: Protocol
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The first k candidates of each query under the protocol's exclusion."""
+        if k == 0:
+            empty = torch.empty((len(query), 0), device=query.device)
+            return empty, empty.long(), empty.bool()
+        self.last_knn_check = None
+        return search_excluding(
+            self.knn_func, query, k, reference, protocol.exclusion, caller=OWNER
+        )
+
+    def _check_protocol_allowed(self) -> None:
+        if self._custom_comparison is not None:
+            raise _UnsupportedCombinationError(
+                "The groups, junk/distractor labels, excluded pairs and roles of "
+                "AccuracyCalculator.get_accuracy need plain label equality; they cannot be "
+                "used with a custom 'label_comparison_fn'."
+            )
+
     # ----- clustering -----
 
     def get_cluster_labels(
@@ -699,6 +800,7 @@ class AccuracyCalculator:
     )
     calculate_mean_average_precision = _knn_metric_method_with_source_flag("mean_average_precision")
     calculate_mean_reciprocal_rank = _knn_metric_method("mean_reciprocal_rank")
+    calculate_mean_inverse_negative_penalty = _knn_metric_method("mean_inverse_negative_penalty")
 
     def _builtin_knn_metric(
         self, name: str, arguments: dict[str, Any], kwargs: dict[str, Any]
@@ -708,6 +810,11 @@ class AccuracyCalculator:
             metric = per_query_function(name)
             assert metric is not None  # every built-in k-NN metric has one
             return self._knn_metric(metric, kwargs["relevance"], kwargs["label_stats"])
+        if name == "mean_inverse_negative_penalty":
+            raise InvalidArgumentError(
+                "AccuracyCalculator.calculate_mean_inverse_negative_penalty is computed by "
+                "get_accuracy (it did not exist in 2.x); call get_accuracy."
+            )
         missing = [
             param
             for param in ("knn_labels", "query_labels", "label_counts")
@@ -855,3 +962,114 @@ def _check_reference_starts_with_query(
             "'query_labels'. Put the query first in the reference, or pass "
             "ref_includes_query=False."
         )
+
+
+def _check_one_set(
+    reference: Any, reference_labels: Any, ref_includes_query: bool, reference_groups: Any
+) -> None:
+    """``is_query``/``is_reference`` split one set: no separate reference may be given."""
+    given = [
+        name
+        for name, value in (
+            ("reference", reference),
+            ("reference_labels", reference_labels),
+            ("reference_groups", reference_groups),
+        )
+        if value is not None
+    ]
+    if ref_includes_query:
+        given.append("ref_includes_query")
+    if given:
+        raise InvalidArgumentError(
+            "The 'is_query' and 'is_reference' parameters of AccuracyCalculator.get_accuracy "
+            "split one set of embeddings ('query', with its labels and 'query_groups') into "
+            f"both roles. Got {given} as well instead; pass one set only."
+        )
+
+
+def _protocol_inputs(
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, bool],
+    options: ProtocolOptions,
+    flags: tuple[Any, Any] | None,
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, ProtocolOptions, torch.Tensor | None
+]:
+    """The query and reference of a protocol call, its checked options, and each query's
+    own reference row (``self_rows``, -1 for none; None when no query is a reference)."""
+    query, query_labels, reference, reference_labels, ref_includes_query = inputs
+    one_set = reference is query and ref_includes_query
+    device = query.device
+    query_groups, reference_groups = options.query_groups, options.reference_groups
+    if one_set:
+        if reference_groups is not None:
+            raise InvalidArgumentError(
+                "The 'reference_groups' parameter of AccuracyCalculator.get_accuracy must be "
+                "None when the query is its own reference ('query_groups' covers both)."
+            )
+        reference_groups = query_groups
+    elif (query_groups is None) != (reference_groups is None):
+        missing = "reference_groups" if reference_groups is None else "query_groups"
+        raise invalid(
+            missing, "AccuracyCalculator.get_accuracy", "group ids (both or neither)", None
+        )
+    if query_groups is not None:
+        query_groups = check_groups(query_groups, "query_groups", len(query), device)
+        reference_groups = check_groups(
+            reference_groups, "reference_groups", len(reference), device
+        )
+    pairs = options.excluded_pairs
+    if pairs is not None and not isinstance(pairs, torch.Tensor):
+        raise invalid(
+            "excluded_pairs",
+            "AccuracyCalculator.get_accuracy",
+            "an (m, 2) integer tensor",
+            type(pairs).__name__,
+            InvalidTypeError,
+        )
+    pairs = None if pairs is None else pairs.to(device)
+    self_rows = torch.arange(len(query), device=device) if ref_includes_query else None
+    if flags is not None:
+        roles = split_roles(flags[0], flags[1], len(query))
+        position = torch.full((len(query),), -1, dtype=torch.long, device=device)
+        position[roles.reference_rows] = torch.arange(len(roles.reference_rows), device=device)
+        self_rows = position[roles.query_rows]
+        if pairs is not None:
+            pairs = _pairs_in_roles(pairs, roles.query_rows, position)
+        rows = (query, query_labels)
+        query, query_labels = (t[roles.query_rows] for t in rows)
+        reference, reference_labels = (t[roles.reference_rows] for t in rows)
+        if query_groups is not None:
+            query_groups, reference_groups = (
+                query_groups[roles.query_rows],
+                query_groups[roles.reference_rows],
+            )
+    checked = ProtocolOptions(
+        query_groups, reference_groups, options.junk_labels, options.distractor_labels, pairs
+    )
+    return query, query_labels, reference, reference_labels, checked, self_rows
+
+
+def _pairs_in_roles(
+    pairs: torch.Tensor, query_rows: torch.Tensor, reference_position: torch.Tensor
+) -> torch.Tensor:
+    """Pairs of rows of one set as pairs of (query index, reference index); pairs whose
+    rows do not have those roles are dropped."""
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.is_floating_point():
+        raise invalid(
+            "excluded_pairs",
+            "AccuracyCalculator.get_accuracy",
+            "an (m, 2) integer tensor",
+            f"{pairs.dtype} of shape {tuple(pairs.shape)}",
+        )
+    size = len(reference_position)
+    if len(pairs) and (int(pairs.min()) < 0 or int(pairs.max()) >= size):
+        raise invalid(
+            "excluded_pairs",
+            "AccuracyCalculator.get_accuracy",
+            f"row indices in [0, {size})",
+            f"indices from {int(pairs.min())} to {int(pairs.max())}",
+        )
+    query_position = torch.full_like(reference_position, -1)
+    query_position[query_rows] = torch.arange(len(query_rows), device=query_rows.device)
+    mapped = torch.stack([query_position[pairs[:, 0]], reference_position[pairs[:, 1]]], dim=1)
+    return mapped[(mapped >= 0).all(dim=1)]

@@ -25,6 +25,8 @@ __all__ = [
     "mean_average_precision_at_r",
     "mean_average_precision",
     "mean_reciprocal_rank",
+    "mean_inverse_negative_penalty",
+    "first_relevant_rank",
     "recall_at_k",
     "precision_at_k",
     "mean_average_precision_at_k",
@@ -113,6 +115,48 @@ def mean_reciprocal_rank(relevance: torch.Tensor) -> torch.Tensor:
     first = relevance.to(torch.uint8).argmax(dim=1)
     reciprocal = 1.0 / (first + 1).to(torch.float64)
     return torch.where(relevance.any(dim=1), reciprocal, torch.zeros_like(reciprocal))
+
+
+def mean_inverse_negative_penalty(
+    relevance: torch.Tensor, num_relevant: torch.Tensor
+) -> torch.Tensor:
+    """Inverse negative penalty per query: ``R / rank`` of its last relevant neighbour.
+
+    Ye et al., "Deep Learning for Person Re-identification: A Survey and Outlook" (TPAMI
+    2021): the share of the ranking a user must read to find every relevant item; their
+    mINP is its mean. 0 when fewer than ``R`` relevant neighbours are among the ``k``
+    retrieved (the last one is past ``k``; ask for every neighbour, ``k=None``, for the
+    exact value).
+
+    Example:
+        >>> relevance = torch.tensor([[True, False, True], [False, True, False]])
+        >>> mean_inverse_negative_penalty(relevance, torch.tensor([2, 2])).tolist()
+        [0.6666666666666666, 0.0]
+    """
+    _cutoff(relevance, num_relevant, "mean_inverse_negative_penalty")
+    columns = torch.arange(1, relevance.shape[1] + 1, device=relevance.device)
+    last = torch.zeros(len(relevance), dtype=torch.long, device=relevance.device)
+    if relevance.shape[1]:
+        last = torch.where(relevance, columns, 0).amax(dim=1)
+    found = relevance.sum(dim=1)
+    ratio = num_relevant.to(torch.float64) / last.clamp_min(1).to(torch.float64)
+    return torch.where(found >= num_relevant, ratio, torch.zeros_like(ratio))
+
+
+def first_relevant_rank(relevance: torch.Tensor) -> torch.Tensor:
+    """The rank (from 1) of each query's first relevant neighbour; 0 when none is retrieved.
+
+    Example:
+        >>> first_relevant_rank(torch.tensor([[False, True], [False, False]])).tolist()
+        [2, 0]
+    """
+    if relevance.ndim == 2 and relevance.shape[1] == 0:  # nothing was searched
+        return torch.zeros(len(relevance), dtype=torch.long, device=relevance.device)
+    _check_relevance(relevance, "first_relevant_rank")
+    if relevance.shape[1] == 0:
+        return torch.zeros(len(relevance), dtype=torch.long, device=relevance.device)
+    first = relevance.to(torch.uint8).argmax(dim=1) + 1
+    return torch.where(relevance.any(dim=1), first, torch.zeros_like(first))
 
 
 def recall_at_k(relevance: torch.Tensor, k: int) -> torch.Tensor:

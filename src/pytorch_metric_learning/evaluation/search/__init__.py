@@ -8,6 +8,7 @@ package's shared helpers: nothing of retrieval, clustering, verification or dist
 from __future__ import annotations
 
 from ._plugin_proxy import FaissKMeans, FaissKNN
+from .exclusion import Exclusion
 from .knn import CustomKNN, remove_self_matches
 from .knn_output import check_knn_backend, check_knn_output
 from .protocols import KMeansFunc, KNNFunc, knn_is_inverted
@@ -22,6 +23,7 @@ from .registry import (
 
 __all__ = [
     "CustomKNN",
+    "Exclusion",
     "FaissKMeans",
     "FaissKNN",
     "KMeansFunc",

@@ -35,6 +35,7 @@ import torch
 from ._compiled_topk import CompiledTopK, _in_parts
 from ._tiled_search import Scorer
 from ._topk import topk
+from .exclusion import Exclusion
 
 __all__ = ["sample_first", "search_compiled"]
 
@@ -71,18 +72,23 @@ def search_compiled(
     side: int,
     skip_diagonal: bool = False,
     order: torch.Tensor | None = None,
+    exclusion: Exclusion | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted ``(scores, indices)`` of each query row's k smallest scores.
 
     ``size`` is ``(num_query, num_ref, k)``. ``skip_diagonal`` (a set searched against
     itself) leaves each row's own entry out. ``order`` is :func:`sample_first` of the
     reference, which the scorer's reference rows (and, when ``symmetric``, its query
-    rows) follow; the outputs are in the original rows and indices.
+    rows) follow; the outputs are in the original rows and indices. ``exclusion`` (of a
+    separate search, in the reordered reference's rows) scores its pairs as inf in each
+    tile before the tile is offered; a row left with fewer than k candidates is searched
+    again over its whole row, where its excluded pairs come last.
     """
     num_query, num_ref, k = size
     state = CompiledTopK(num_query, k)
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
     walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal), num_ref)
+    walk.exclusion = exclusion
     if state.threads == 1 or num_query <= side:
         walk.offer(_tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric))
     elif symmetric:
@@ -95,7 +101,7 @@ def search_compiled(
     values, indices = state.finish(numbering, positions)
     if len(short):
         rows_out = short if positions is None else positions[short]
-        found = _search_whole_rows(scorer, short, (num_ref, k), side, skip_diagonal)
+        found = _search_whole_rows(scorer, short, (num_ref, k), side, skip_diagonal, exclusion)
         values[rows_out] = found[0]
         indices[rows_out] = found[1] if order is None else order[found[1]]
     return values, indices
@@ -119,6 +125,7 @@ class _Walk:
         self.symmetric, self.skip_diagonal = diagonal
         self.num_ref = num_ref
         self.in_blocks = not self.symmetric
+        self.exclusion: Exclusion | None = None
 
     def buffer(self) -> torch.Tensor:
         """A buffer that holds a tile's products (a block's, in blocks)."""
@@ -157,6 +164,8 @@ class _Walk:
         first bounds of their rows."""
         if self.skip_diagonal and r0 < c0 + scores.shape[1] and c0 < r0 + scores.shape[0]:
             scores.diagonal(offset=r0 - c0).fill_(torch.inf)
+        if self.exclusion is not None:
+            self.exclusion.fill_tile(scores, slice(r0, r0 + len(scores)), c0, torch.inf)
         if c0 == 0 and self.rank is not None:  # the sample
             rows = slice(r0, r0 + len(scores))
             self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
@@ -377,6 +386,7 @@ def _search_whole_rows(
     size: tuple[int, int],
     side: int,
     skip_diagonal: bool,
+    exclusion: Exclusion | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted ``(scores, indices)`` of the k smallest scores of ``rows``, from their whole
     rows. ``size`` is ``(num_ref, k)``."""
@@ -389,5 +399,7 @@ def _search_whole_rows(
         scores = scorer.picked(part, every)
         if skip_diagonal:
             scores[torch.arange(len(part)), part] = torch.inf
+        if exclusion is not None:
+            exclusion.fill(scores, part, torch.inf)
         parts.append(topk(scores, k, largest=False))
     return torch.cat([part[0] for part in parts]), torch.cat([part[1] for part in parts])

@@ -29,6 +29,7 @@ from ._tiled_search import (
     square_tile,
 )
 from ._topk import topk
+from .exclusion import Exclusion
 
 __all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
 
@@ -114,16 +115,34 @@ class CustomKNN:
 
     @torch.no_grad()
     def __call__(
-        self, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
+        self,
+        query: torch.Tensor,
+        k: int,
+        reference: torch.Tensor | None = None,
         ref_includes_query: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        *,
+        exclusion: Exclusion | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(distances, indices)`` of the ``k`` nearest reference rows, nearest first.
 
-        ``reference=None`` searches ``query`` itself.
+        ``reference=None`` searches ``query`` itself. ``exclusion`` (see
+        :class:`~pytorch_metric_learning.evaluation.search.exclusion.Exclusion`) names pairs
+        that are not candidates; they are scored as the worst value inside each tile, so
+        memory stays that of a tile. A query with fewer than ``k`` candidates gets excluded
+        references after its candidates, at distance ``inf`` (``-inf`` for similarities):
+        ask ``exclusion.excluded_at(indices)`` which they are.
         """
         same = reference is None or reference is query
         query, reference = check_search_inputs(query, reference, "CustomKNN")
         search_k = check_search_k(k, len(reference), ref_includes_query, "CustomKNN")
+        if exclusion is not None:
+            exclusion = _checked_exclusion(exclusion, len(query), len(reference))
+            if ref_includes_query:  # the self matches become one more rule
+                rows = torch.arange(len(query), device=query.device)
+                exclusion = exclusion.with_same_keys(
+                    rows, torch.arange(len(reference), device=rows.device)
+                )
+                ref_includes_query, search_k = False, search_k - 1
         logger.debug(
             "CustomKNN: %d queries, %d references, k=%d, %s",
             len(query),
@@ -137,7 +156,7 @@ class CustomKNN:
         # one neighbour more shows the rows with a tie across the k-th place (see _ties)
         extra = int(search_k < len(reference))
         distances, indices, dropped = self._search(
-            scaled.query, scaled.reference, search_k + extra, same, drop_self
+            scaled.query, scaled.reference, search_k + extra, (same, drop_self), exclusion
         )
         if ref_includes_query and not dropped:
             distances, indices = remove_self_matches(distances, indices)
@@ -146,7 +165,7 @@ class CustomKNN:
         distances, indices = order_ties(distances, indices, self.distance.is_inverted)
         tied = tied_at_boundary(distances, k)
         if len(tied):
-            exact = self._exact_rows(scaled, tied, k, same, ref_includes_query)
+            exact = self._exact_rows(scaled, tied, k, (same, ref_includes_query), exclusion)
             distances, indices = distances.clone(), indices.clone()
             distances[tied, :k], indices[tied, :k] = exact
         return scaled.restore(distances[:, :k], out_dtype), indices[:, :k]
@@ -156,11 +175,14 @@ class CustomKNN:
         scaled: Rescaled,
         rows: torch.Tensor,
         k: int,
-        same: bool,
-        skip_self: bool,
+        self_search: tuple[bool, bool],
+        exclusion: Exclusion | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The first k neighbours of the query ``rows`` by (distance, index), from whole rows
-        of distances computed again (in blocks of about ``TILE_BYTES``)."""
+        of distances computed again (in blocks of about ``TILE_BYTES``); ``self_search``
+        is ``(same, skip_self)``."""
+        same, skip_self = self_search
+        worst = -torch.inf if self.distance.is_inverted else torch.inf
         reference = scaled.query if same else scaled.reference
         found = []
         step = self._rows(len(reference), reference.element_size())
@@ -169,37 +191,48 @@ class CustomKNN:
             query, ref, _ = self.distance.prepare(scaled.query[block], reference)
             values = self.distance.powered_mat(query, ref)
             if skip_self:  # a query is never its own neighbour
-                worst = -torch.inf if self.distance.is_inverted else torch.inf
                 values[torch.arange(len(block), device=values.device), block] = worst
+            if exclusion is not None:
+                exclusion.fill(values, block, worst)
             found.append(first_k_of_rows(values, k, self.distance.is_inverted))
         return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found])
 
     def _search(
-        self, query: torch.Tensor, reference: torch.Tensor, k: int, same: bool, drop_self: bool
+        self,
+        query: torch.Tensor,
+        reference: torch.Tensor,
+        k: int,
+        self_search: tuple[bool, bool],
+        exclusion: Exclusion | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """``(values, indices, dropped)``; ``dropped``: each row's own index was left out
-        and k - 1 neighbours found (only a self-search can drop it, and only if asked;
-        the matrix-product paths do, by scoring each row's own entry as inf)."""
+        """``(values, indices, dropped)``; ``self_search`` is ``(same, drop_self)``;
+        ``dropped``: each row's own index was left out and k - 1 neighbours found (only a
+        self-search can drop it, and only if asked; the matrix-product paths do, by
+        scoring each row's own entry as inf). ``exclusion`` (never with ``drop_self``)
+        scores excluded pairs as the worst value, tile by tile."""
+        same, drop_self = self_search
         if same:
             query = reference = self.distance.prepare(query, None)[0]
         else:
             query, reference, _ = self.distance.prepare(query, reference)
         if _scorer_kind(self.distance) is None:
-            return (*self._search_generic(query, reference, k), False)
+            return (*self._search_generic(query, reference, k, exclusion), False)
         tile = self._tile(len(reference), query.element_size())
         compiled = self._compiled_pays(query, reference, k)
-        symmetric = same and (compiled or _symmetric_pays(k, len(reference), tile[0]))
+        symmetric = (
+            same and exclusion is None and (compiled or _symmetric_pays(k, len(reference), tile[0]))
+        )
         size = (len(query), len(reference), k - 1 if drop_self else k)
         if compiled:
             values, indices, scorer = self._search_compiled(
-                query, reference, size, symmetric, drop_self
+                query, reference, size, (symmetric, drop_self), exclusion
             )
         else:
             scorer = _fast_scorer(self.distance, query, reference, symmetric)
             if symmetric:
                 values, indices = search_symmetric(scorer, size, tile, query, drop_self)
             else:
-                values, indices = self._search_rows(scorer, size, query, drop_self)
+                values, indices = self._search_rows(scorer, size, query, drop_self, exclusion)
         if isinstance(scorer, SquaredEuclidean):
             values = _power_of_squared(values, self.distance.power)
         return values, indices, drop_self
@@ -209,27 +242,38 @@ class CustomKNN:
         query: torch.Tensor,
         reference: torch.Tensor,
         size: tuple[int, int, int],
-        symmetric: bool,
-        drop_self: bool,
+        self_search: tuple[bool, bool],
+        exclusion: Exclusion | None,
     ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
         """``search_compiled`` over the reference reordered so that its first tile column
-        is an evenly spaced sample; a symmetric self-search reorders both sides alike."""
+        is an evenly spaced sample; a symmetric self-search reorders both sides alike.
+        ``self_search`` is ``(symmetric, drop_self)``."""
+        symmetric, drop_self = self_search
         order = sample_first(len(reference), COMPILED_TILE)
         if order is not None:
             reference = reference.index_select(0, order)
             query = reference if symmetric else query
+            if exclusion is not None:
+                exclusion = exclusion.reordered(order)
         scorer = _fast_scorer(self.distance, query, reference, symmetric)
         del query, reference  # the scorer keeps what it needs
-        values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self, order)
+        values, indices = search_compiled(
+            scorer, size, symmetric, COMPILED_TILE, drop_self, order, exclusion
+        )
         return scorer.finish(values), indices, scorer
 
     def _search_rows(
-        self, scorer: Scorer, size: tuple[int, int, int], like: torch.Tensor, skip_self: bool
+        self,
+        scorer: Scorer,
+        size: tuple[int, int, int],
+        like: torch.Tensor,
+        skip_self: bool,
+        exclusion: Exclusion | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Whole rows of scores per block, each reduced by the grouped top-k.
 
         ``size`` is ``(num_query, num_ref, k)``; ``skip_self`` (a set searched against
-        itself) leaves each row's own entry out.
+        itself) leaves each row's own entry out, ``exclusion`` its excluded pairs.
         """
         num_query, num_ref, k = size
         values = torch.empty((num_query, k), dtype=like.dtype, device=like.device)
@@ -243,6 +287,8 @@ class CustomKNN:
             scores = scorer.tile(block, every, out)
             if skip_self:
                 scores.diagonal(offset=start).fill_(torch.inf)
+            if exclusion is not None:
+                exclusion.fill(scores, block, torch.inf)
             values[block], indices[block] = topk(scores, k, largest=False)
         return scorer.finish(values), indices
 
@@ -280,13 +326,16 @@ class CustomKNN:
         return side, side
 
     def _search_generic(
-        self, query: torch.Tensor, ref: torch.Tensor, k: int
+        self, query: torch.Tensor, ref: torch.Tensor, k: int, exclusion: Exclusion | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         distances, indices = _empty_outputs(query, ref, k)
         rows = self._rows(len(ref), query.element_size())
+        worst = -torch.inf if self.distance.is_inverted else torch.inf
         for start in range(0, len(query), rows):
             block = query[start : start + rows]
             values = self.distance.powered_mat(block, ref)
+            if exclusion is not None:
+                exclusion.fill(values, slice(start, start + len(block)), worst)
             top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
             distances[start : start + len(block)] = top_values
             indices[start : start + len(block)] = top_indices
@@ -357,6 +406,19 @@ def remove_self_matches(
     keep = torch.arange(width - 1, device=indices.device).expand(num_rows, -1)
     keep = keep + (keep >= dropped.unsqueeze(1))  # the columns after the dropped one
     return distances.gather(1, keep), indices.gather(1, keep)
+
+
+def _checked_exclusion(exclusion: Exclusion, num_query: int, num_reference: int) -> Exclusion:
+    if not isinstance(exclusion, Exclusion):
+        raise invalid("exclusion", "CustomKNN", "an Exclusion", exclusion, InvalidTypeError)
+    if (exclusion.num_query, exclusion.num_reference) != (num_query, num_reference):
+        raise invalid(
+            "exclusion",
+            "CustomKNN",
+            f"an Exclusion for {num_query} queries and {num_reference} references",
+            f"one for {exclusion.num_query} and {exclusion.num_reference}",
+        )
+    return exclusion
 
 
 def _symmetric_pays(k: int, num_rows: int, tile_side: int) -> bool:

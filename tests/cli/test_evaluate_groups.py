@@ -1,0 +1,81 @@
+"""``pml-eval evaluate --query-groups FILE --reference-groups FILE``: the re-ID protocol."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pytorch_metric_learning.evaluation.retrieval.accuracy_calculator import AccuracyCalculator
+
+from .test_loaders import write
+
+
+@pytest.fixture
+def cameras() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 5, 30)
+    reference_labels = rng.integers(0, 5, 50)
+    return {
+        "query": (rng.normal(size=(30, 4)) + labels[:, None]).astype(np.float32),
+        "labels": labels,
+        "reference": (rng.normal(size=(50, 4)) + reference_labels[:, None]).astype(np.float32),
+        "ref_labels": reference_labels,
+        "query_groups": rng.integers(0, 3, 30),
+        "ref_groups": rng.integers(0, 3, 50),
+    }
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".csv"])
+def test_groups_pass_through_to_the_calculator(cli, tmp_path: Path, cameras, suffix) -> None:
+    paths = {name: write(tmp_path / f"{name}{suffix}", array) for name, array in cameras.items()}
+    metrics = "recall_at_1,recall_at_5,mean_average_precision,mean_inverse_negative_penalty"
+    result = cli(
+        "evaluate", paths["query"], "--labels", paths["labels"],
+        "--reference", paths["reference"], "--reference-labels", paths["ref_labels"],
+        "--query-groups", paths["query_groups"], "--reference-groups", paths["ref_groups"],
+        "--metrics", metrics, "--output", "-",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    record = json.loads(result.out)
+    calculator = AccuracyCalculator(include=tuple(metrics.split(",")))
+    tensors = {name: torch.from_numpy(array) for name, array in cameras.items()}
+    expected = calculator.get_accuracy(
+        tensors["query"],
+        tensors["labels"],
+        tensors["reference"],
+        tensors["ref_labels"],
+        query_groups=tensors["query_groups"],
+        reference_groups=tensors["ref_groups"],
+    )
+    without = calculator.get_accuracy(
+        tensors["query"], tensors["labels"], tensors["reference"], tensors["ref_labels"]
+    )
+    assert record["metrics"] == pytest.approx(expected)
+    assert record["metrics"] != pytest.approx(without)  # the groups changed something
+    assert record["settings"]["query_groups"] == str(paths["query_groups"])
+    assert record["settings"]["queries_left_out"] == calculator.last_num_queries_left_out
+
+
+def test_reference_groups_need_query_groups(cli, tmp_path: Path, cameras) -> None:
+    paths = {name: write(tmp_path / f"{name}.npy", array) for name, array in cameras.items()}
+    result = cli(
+        "evaluate", paths["query"], "--labels", paths["labels"],
+        "--reference", paths["reference"], "--reference-labels", paths["ref_labels"],
+        "--reference-groups", paths["ref_groups"],
+    )  # fmt: skip
+    assert result.code != 0
+    assert "--query-groups and --reference-groups must be given together" in result.err
+
+
+def test_groups_of_the_wrong_length_are_named(cli, tmp_path: Path, cameras) -> None:
+    paths = {name: write(tmp_path / f"{name}.npy", array) for name, array in cameras.items()}
+    result = cli(
+        "evaluate", paths["query"], "--labels", paths["labels"],
+        "--query-groups", paths["ref_groups"],
+    )  # fmt: skip
+    assert result.code != 0
+    assert "ref_groups.npy" in result.err
