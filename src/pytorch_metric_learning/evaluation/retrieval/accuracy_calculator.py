@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS
+from ..._threads import adapted_threads
 from ..._validation import check_embeddings, check_same_device, float_if_integer, invalid
 from ..._warnings import warn_external
 from ...distances import LpDistance
@@ -412,14 +413,15 @@ class AccuracyCalculator:
             "ref_includes_query": ref_includes_query,
             "label_comparison_fn": self.label_comparison_fn,
         }
-        if any(self._uses_knn(name) for name in functions):
-            kwargs.update(self._knn_kwargs(functions, **kwargs))
-        if any(name in self.requires_clustering() for name in functions):
-            kwargs["cluster_labels"] = self._checked_cluster_labels(kwargs)
-        with torch.no_grad():
-            results = self._get_accuracy(functions, **kwargs)
-            if return_per_query:
-                results["per_query"] = self._per_query(functions, kwargs)
+        with adapted_threads(len(query) * len(reference), query.device):
+            if any(self._uses_knn(name) for name in functions):
+                kwargs.update(self._knn_kwargs(functions, **kwargs))
+            if any(name in self.requires_clustering() for name in functions):
+                kwargs["cluster_labels"] = self._checked_cluster_labels(kwargs)
+            with torch.no_grad():
+                results = self._get_accuracy(functions, **kwargs)
+                if return_per_query:
+                    results["per_query"] = self._per_query(functions, kwargs)
         kwargs.clear()  # release the k-NN outputs before returning
         return results
 

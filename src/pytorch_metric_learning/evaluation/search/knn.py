@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ..._threads import adapted_threads
 from ..._validation import (
     check_finite,
     check_matrix,
@@ -139,9 +140,10 @@ class CustomKNN:
         drop_self = ref_includes_query and same
         # one neighbour more shows the rows with a tie across the k-th place (see _ties)
         extra = int(search_k < len(reference))
-        distances, indices, dropped = self._search(
-            scaled.query, scaled.reference, search_k + extra, same, drop_self
-        )
+        with adapted_threads(len(query) * len(reference), query.device):
+            distances, indices, dropped = self._search(
+                scaled.query, scaled.reference, search_k + extra, same, drop_self
+            )
         if ref_includes_query and not dropped:
             distances, indices = remove_self_matches(distances, indices)
         # ties are of the distances as computed, before they are scaled back (which can
