@@ -109,6 +109,25 @@ def bench_pml29(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_contention(session: nox.Session) -> None:
+    """benchmarks/contention.py: our AccuracyCalculator (default threads and one thread)
+    against 2.9.0, idle and beside a busy neighbour process, in one run.
+
+    The environments are those of ``bench_pml29``. ``nox -R -s bench_contention --
+    --quick`` reuses both and measures one small cell.
+    """
+    ours_python = _pml29_beside_ours(session)
+    session.run(
+        ours_python,
+        "benchmarks/contention.py",
+        "--pml29-python",
+        str(Path(session.bin) / "python"),
+        *session.posargs,
+        external=True,
+    )
+
+
+@nox.session
 def compat_pml29(session: nox.Session) -> None:
     """tests/compat/pml29_compare.py: the 2.x helpers here and in 2.9.0 give equal outputs.
 

@@ -12,6 +12,8 @@ training loop does every epoch):
   default   ours, ``AccuracyCalculator(include=("recall_at_1", "recall_at_10"))``, with
             the thread count the library chooses
   one       the same after ``torch.set_num_threads(1)`` (a user-set count wins)
+  off       (only with ``--sides``) ours with ``PML_NUM_THREADS=0``: PyTorch's thread
+            count as it is, whatever the load (what the library did before it adapted)
   pml29     2.9.0 (its own virtualenv), ``AccuracyCalculator(include=("precision_at_1",),
             k=10)``: the same 10-neighbour faiss search (its default backend) and
             precision@1 (= recall@1), with faiss's default threads
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-SIDES = ("default", "one", "pml29")
+SIDES = ("default", "one", "pml29", "off")
 OURS_METRICS = ("recall_at_1", "recall_at_10")
 # The neighbour: spin until killed, or until its time limit.
 SPIN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
@@ -112,6 +114,8 @@ def measure(python: str, side: str, data_dir: str, calls: int, timeout: float) -
     env = dict(os.environ)
     if side == "pml29":  # 2.9.0 has our import name: never let it see our path
         env.pop("PYTHONPATH", None)
+    if side == "off":
+        env["PML_NUM_THREADS"] = "0"
     try:
         done = subprocess.run(
             [*command, "--calls", str(calls)],
@@ -144,8 +148,9 @@ def summarize(runs: list[dict]) -> dict:
 
 def measure_cell(args: argparse.Namespace, data_dir: str, busy: bool) -> dict[str, dict]:
     """Every side of one cell, the sides taking turns, ``args.repeats`` processes each."""
-    pythons = {"default": sys.executable, "one": sys.executable, "pml29": args.pml29_python}
-    sides = [side for side in SIDES if pythons[side]]
+    pythons = {side: sys.executable for side in SIDES}
+    pythons["pml29"] = args.pml29_python
+    sides = [side for side in args.sides if pythons[side]]
     runs: dict[str, list[dict]] = {side: [] for side in sides}
     for _ in range(args.repeats):
         for side in sides:
@@ -158,7 +163,10 @@ def measure_cell(args: argparse.Namespace, data_dir: str, busy: bool) -> dict[st
     return {side: summarize(found) for side, found in runs.items()}
 
 
-def ratio(numerator: dict, denominator: dict, when: str) -> float | None:
+def ratio(numerator: dict | None, denominator: dict | None, when: str) -> float | None:
+    """``numerator[when] / denominator[when]``; None if a side is missing or failed."""
+    if numerator is None or denominator is None:
+        return None
     if "error" in numerator or "error" in denominator:
         return None
     top, bottom = numerator.get(when), denominator.get(when)
@@ -175,8 +183,8 @@ def row(n: int, classes: int, load: str, cell: dict[str, dict]) -> str:
         later = "   -  " if found["later"] is None else f"{found['later']:6.2f}"
         parts.append(f"{side} {found['first']:6.2f} {later}")
     for when in ("first", "later"):
-        one = ratio(cell["default"], cell["one"], when)
-        old = ratio(cell["pml29"], cell["default"], when) if "pml29" in cell else None
+        one = ratio(cell.get("default"), cell.get("one"), when)
+        old = ratio(cell.get("pml29"), cell.get("default"), when)
         parts.append(
             f"{when}: default/one {_show(one)}{_mark(one, 1.3, above=False)}"
             f" pml29/default {_show(old)}{_mark(old, 1.5, above=True)}"
@@ -225,6 +233,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 50_000])
     parser.add_argument("--classes", type=int, nargs="+", default=[100, 400])
     parser.add_argument("--loads", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
+    parser.add_argument(
+        "--sides", nargs="+", choices=SIDES, default=["default", "one", "pml29"], help="sides"
+    )
     parser.add_argument("--calls", type=int, default=3, help="get_accuracy calls per process")
     parser.add_argument("--repeats", type=int, default=3, help="processes per side and cell")
     parser.add_argument("--seed", type=int, default=0)
