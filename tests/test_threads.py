@@ -135,9 +135,8 @@ def test_the_block_runs_on_the_choice_and_restores(monkeypatch) -> None:
 
 def test_the_count_is_restored_after_an_error(monkeypatch) -> None:
     _pretend(monkeypatch, 2, 1.0)
-    with pytest.raises(KeyError):
-        with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
-            raise KeyError("x")
+    with pytest.raises(KeyError), _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
+        raise KeyError("x")
     assert torch.get_num_threads() == 2
 
 

@@ -98,9 +98,7 @@ def _busy_seconds(cpus: set[int]) -> float | None:
             for line in stat:
                 name, *fields = line.split()
                 if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-                    user, nice, system, _idle, _iowait, irq, softirq, steal = map(
-                        int, fields[:8]
-                    )
+                    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
                     busy += user + nice + system + irq + softirq + steal
     except (OSError, ValueError):
         return None

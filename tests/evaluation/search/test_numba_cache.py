@@ -94,7 +94,9 @@ def _dependency_folders() -> list[str]:
     import numpy
     import torch
 
-    return sorted({str(Path(module.__file__).resolve().parents[1]) for module in (torch, numpy, numba)})
+    return sorted(
+        {str(Path(module.__file__).resolve().parents[1]) for module in (torch, numpy, numba)}
+    )
 
 
 def _set_writable(folder: Path, writable: bool) -> None:

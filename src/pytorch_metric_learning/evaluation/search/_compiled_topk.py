@@ -114,14 +114,15 @@ def _use_a_writable_cache() -> None:
     import numba
     from numba.misc.appdirs import AppDirs
 
-    if numba.config.CACHE_DIR:
+    config: Any = numba.config  # set from the environment when numba is imported
+    if config.CACHE_DIR:
         return
     here = os.path.join(os.path.dirname(__file__), "__pycache__")
     user = AppDirs(appname="numba", appauthor=False).user_cache_dir
     if not (_writable(here) or _writable(user)):
         fallback = os.path.join(tempfile.gettempdir(), f"pml-numba-{os.getuid()}")
         logger.info("numba cannot cache in %s or %s; caching in %s", here, user, fallback)
-        numba.config.CACHE_DIR = fallback
+        config.CACHE_DIR = fallback
 
 
 def _writable(folder: str) -> bool:
