@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from pytorch_metric_learning import _threads
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.evaluation import AccuracyCalculator
+from pytorch_metric_learning.evaluation.search import _compiled_topk
+from pytorch_metric_learning.evaluation.search import knn as knn_module
 from pytorch_metric_learning.evaluation.search.knn import CustomKNN, default_custom_knn
 
 CPU = torch.device("cpu")
@@ -184,3 +186,41 @@ def test_get_accuracy_runs_on_the_free_cores(monkeypatch) -> None:
     labels = torch.arange(30) % 3
     AccuracyCalculator(include=("precision_at_1",)).get_accuracy(x, labels)
     assert seen == [1] and torch.get_num_threads() == 2
+
+
+def test_dynamic_work_keeps_the_count_from_before_the_block(monkeypatch) -> None:
+    _pretend(monkeypatch, 2, 1.0)
+    assert _threads.dynamic_threads() == 2
+    with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
+        assert torch.get_num_threads() == 1
+        assert _threads.dynamic_threads() == 2
+
+
+def test_dynamic_work_follows_a_user_count(monkeypatch) -> None:
+    _pretend(monkeypatch, 2, 2.0)
+    monkeypatch.setenv(_threads.ENV, "1")
+    with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
+        assert torch.get_num_threads() == _threads.dynamic_threads() == 1
+
+
+@pytest.mark.skipif(not _compiled_topk.available(), reason="the compiled loops are unavailable")
+def test_the_compiled_search_takes_its_tiles_on_every_thread(monkeypatch) -> None:
+    _pretend(monkeypatch, 2, 1.0)
+    monkeypatch.setattr(_threads, "MIN_PAIRS", 100)
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
+    seen = _record_threads(monkeypatch, CustomKNN, "_search")
+    made: list[int | None] = []
+    original = _compiled_topk.CompiledTopK.__init__
+
+    def recording(self, num_rows, k, threads=None):
+        made.append(threads)
+        original(self, num_rows, k, threads)
+
+    monkeypatch.setattr(_compiled_topk.CompiledTopK, "__init__", recording)
+    x = torch.randn(50, 4)
+    distances, _ = default_custom_knn()(x, 3, None, True)
+    brute = torch.cdist(x.double(), x.double()) ** 2  # oracle: every pair
+    brute.fill_diagonal_(float("inf"))
+    assert torch.allclose(distances.double(), brute.sort(dim=1).values[:, :3], atol=1e-4)
+    assert seen == [1] and made == [2]
