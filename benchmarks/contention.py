@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -207,6 +208,8 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.data, args.calls)
         return
+    # a terminated run still stops its neighbour and its measured process (as Ctrl-C does)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     print(
         f"cores {sorted(os.sched_getaffinity(0))}, {args.calls} calls per process, median of "
         f"{args.repeats} processes; seconds: first call, later calls (median); "
