@@ -224,3 +224,30 @@ def test_the_compiled_search_takes_its_tiles_on_every_thread(monkeypatch) -> Non
     brute.fill_diagonal_(float("inf"))
     assert torch.allclose(distances.double(), brute.sort(dim=1).values[:, :3], atol=1e-4)
     assert seen == [1] and made == [2]
+
+
+def test_lowered_only_inside_a_block_on_fewer_threads(monkeypatch) -> None:
+    _pretend(monkeypatch, 2, 1.0)
+    assert not _threads.lowered()
+    with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
+        assert _threads.lowered()
+    monkeypatch.setitem(_threads._state, "measured_at", -math.inf)
+    _pretend(monkeypatch, 2, 2.0)
+    with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
+        assert not _threads.lowered()
+
+
+@pytest.mark.skipif(not _compiled_topk.installed(), reason="numba is not installed")
+def test_busy_cores_count_a_search_twice_toward_loading_numba(monkeypatch) -> None:
+    pairs = 300 * 300
+    monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", pairs)
+    monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 2 * pairs)
+    monkeypatch.setattr(knn_module, "_cold_pairs", 0)
+    monkeypatch.setattr(_compiled_topk, "loaded", lambda: False)
+    x = torch.randn(300, 4)
+    search = default_custom_knn()
+    assert not search._compiled_pays(x, x, 5)  # idle: counted once, short of the load
+    monkeypatch.setattr(knn_module, "_cold_pairs", 0)
+    _pretend(monkeypatch, 2, 1.0)
+    with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
+        assert search._compiled_pays(x, x, 5)  # busy: counted twice

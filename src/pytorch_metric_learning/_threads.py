@@ -42,6 +42,7 @@ __all__ = [
     "choose_threads",
     "dynamic_threads",
     "free_cores",
+    "lowered",
     "user_threads",
 ]
 
@@ -182,3 +183,11 @@ def dynamic_threads() -> int:
         if _state["depth"] > 0:
             return int(_state["dynamic"])
     return torch.get_num_threads()
+
+
+def lowered() -> bool:
+    """Whether :func:`adapted_threads` runs the current block on fewer PyTorch threads than
+    :func:`dynamic_threads` (some cores are busy): PyTorch's parallel paths are then slow,
+    and work that hands out its pieces dynamically is worth starting early."""
+    with _lock:
+        return _state["depth"] > 0 and torch.get_num_threads() < _state["dynamic"]
