@@ -96,16 +96,7 @@ def bench_pml29(session: nox.Session) -> None:
     second virtualenv beside it, and the benchmark runs 2.9.0 as a subprocess with this
     session's python. ``nox -R -s bench_pml29 -- --sizes 10000`` reuses both.
     """
-    ours_python = _pml29_beside_ours(session)
-    pml29_python = str(Path(session.bin) / "python")
-    session.run(
-        ours_python,
-        "benchmarks/accuracy.py",
-        "--pml29-python",
-        pml29_python,
-        *session.posargs,
-        external=True,
-    )
+    _run_beside_pml29(session, "benchmarks/accuracy.py")
 
 
 @nox.session
@@ -116,15 +107,7 @@ def bench_contention(session: nox.Session) -> None:
     The environments are those of ``bench_pml29``. ``nox -R -s bench_contention --
     --quick`` reuses both and measures one small cell.
     """
-    ours_python = _pml29_beside_ours(session)
-    session.run(
-        ours_python,
-        "benchmarks/contention.py",
-        "--pml29-python",
-        str(Path(session.bin) / "python"),
-        *session.posargs,
-        external=True,
-    )
+    _run_beside_pml29(session, "benchmarks/contention.py")
 
 
 @nox.session
@@ -136,14 +119,16 @@ def compat_pml29(session: nox.Session) -> None:
     Not one of the default sessions. ``nox -R -s compat_pml29 -- --cases 200 --seed 3``
     reuses both.
     """
+    _run_beside_pml29(session, "tests/compat/pml29_compare.py")
+
+
+def _run_beside_pml29(session: nox.Session, script: str) -> None:
+    """Run ``script`` with this project's python (see ``_pml29_beside_ours``), given
+    2.9.0's python as ``--pml29-python``, and the session's arguments."""
     ours_python = _pml29_beside_ours(session)
+    pml29_python = str(Path(session.bin) / "python")
     session.run(
-        ours_python,
-        "tests/compat/pml29_compare.py",
-        "--pml29-python",
-        str(Path(session.bin) / "python"),
-        *session.posargs,
-        external=True,
+        ours_python, script, "--pml29-python", pml29_python, *session.posargs, external=True
     )
 
 
