@@ -121,6 +121,8 @@ def test_free_cores_subtracts_own_cpu_time(monkeypatch) -> None:
 def test_unreadable_stat_changes_nothing(monkeypatch) -> None:
     monkeypatch.setattr(_threads, "_busy_seconds", lambda cpus: None)
     assert _threads.free_cores() is None
+    monkeypatch.delattr(_threads.os, "sched_getaffinity")  # macOS, Windows
+    assert _threads.free_cores() is None
     _pretend(monkeypatch, 2, None)
     assert _threads.choose_threads() == 2
 

@@ -49,8 +49,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ENV = "PML_NUM_THREADS"
-# Seconds over which the load of the cores is measured (5 ticks of the kernel's 100 Hz
-# accounting: an idle core reads 0 busy ticks, one taken by another process about 5).
+# Seconds over which the load of the cores is measured (4 ticks of the kernel's 100 Hz
+# accounting: an idle core reads 0 busy ticks, one taken by another process about 4).
 WINDOW = 0.04
 # Computations of fewer query-reference pairs run on PyTorch's count as it is: the
 # measurement (WINDOW) would cost them more than a busy core (about 0.3 s of search on two
@@ -89,7 +89,9 @@ def user_threads() -> int | None:
 def free_cores(window: float = WINDOW) -> float | None:
     """How many of this process's cores other processes left free over the next
     ``window`` seconds (this process's own CPU time does not count); None where
-    ``/proc/stat`` cannot be read."""
+    ``/proc/stat`` cannot be read (or, as on macOS and Windows, does not exist)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
     cpus = os.sched_getaffinity(0)
     before, own_before, start = _busy_seconds(cpus), time.process_time(), time.monotonic()
     if before is None:
