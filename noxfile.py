@@ -100,16 +100,18 @@ def bench_pml29(session: nox.Session) -> None:
     second virtualenv beside it, and the benchmark runs 2.9.0 as a subprocess with this
     session's python. ``nox -R -s bench_pml29 -- --sizes 10000`` reuses both.
     """
-    ours_python = _pml29_beside_ours(session)
-    pml29_python = str(Path(session.bin) / "python")
-    session.run(
-        ours_python,
-        "benchmarks/accuracy.py",
-        "--pml29-python",
-        pml29_python,
-        *session.posargs,
-        external=True,
-    )
+    _run_beside_pml29(session, "benchmarks/accuracy.py")
+
+
+@nox.session
+def bench_contention(session: nox.Session) -> None:
+    """benchmarks/contention.py: our AccuracyCalculator (default threads and one thread)
+    against 2.9.0, idle and beside a busy neighbour process, in one run.
+
+    The environments are those of ``bench_pml29``. ``nox -R -s bench_contention --
+    --quick`` reuses both and measures one small cell.
+    """
+    _run_beside_pml29(session, "benchmarks/contention.py")
 
 
 @nox.session
@@ -121,14 +123,16 @@ def compat_pml29(session: nox.Session) -> None:
     Not one of the default sessions. ``nox -R -s compat_pml29 -- --cases 200 --seed 3``
     reuses both.
     """
+    _run_beside_pml29(session, "tests/compat/pml29_compare.py")
+
+
+def _run_beside_pml29(session: nox.Session, script: str) -> None:
+    """Run ``script`` with this project's python (see ``_pml29_beside_ours``), given
+    2.9.0's python as ``--pml29-python``, and the session's arguments."""
     ours_python = _pml29_beside_ours(session)
+    pml29_python = str(Path(session.bin) / "python")
     session.run(
-        ours_python,
-        "tests/compat/pml29_compare.py",
-        "--pml29-python",
-        str(Path(session.bin) / "python"),
-        *session.posargs,
-        external=True,
+        ours_python, script, "--pml29-python", pml29_python, *session.posargs, external=True
     )
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS
+from ..._threads import adapted_threads
 from ..._validation import check_embeddings, check_same_device, float_if_integer, invalid
 from ..._warnings import warn_external
 from ...distances import LpDistance
@@ -493,16 +494,17 @@ class AccuracyCalculator:
         }
         if protocol_inputs is not None:
             kwargs["protocol_options"] = (options, self_rows)
-        if any(self._uses_knn(name) for name in functions):
-            kwargs.update(self._knn_kwargs(functions, **kwargs))
-        if any(name in self.requires_clustering() for name in functions):
-            kwargs["cluster_labels"] = self._checked_cluster_labels(kwargs)
-        with torch.no_grad():
-            results = self._get_accuracy(functions, **kwargs)
-            if return_per_query:
-                results["per_query"] = self._per_query(functions, kwargs)
-            if categories is not None:
-                results["per_category"] = self._per_category(functions, kwargs, categories)
+        with adapted_threads(len(query) * len(reference), query.device):
+            if any(self._uses_knn(name) for name in functions):
+                kwargs.update(self._knn_kwargs(functions, **kwargs))
+            if any(name in self.requires_clustering() for name in functions):
+                kwargs["cluster_labels"] = self._checked_cluster_labels(kwargs)
+            with torch.no_grad():
+                results = self._get_accuracy(functions, **kwargs)
+                if return_per_query:
+                    results["per_query"] = self._per_query(functions, kwargs)
+                if categories is not None:
+                    results["per_category"] = self._per_category(functions, kwargs, categories)
         kwargs.clear()  # release the k-NN outputs before returning
         return results
 

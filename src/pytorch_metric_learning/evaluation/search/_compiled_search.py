@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
+from ..._threads import dynamic_threads
 from ._compiled_topk import CompiledTopK, _in_parts
 from ._tiled_search import Scorer
 from ._topk import topk
@@ -85,7 +86,7 @@ def search_compiled(
     again over its whole row, where its excluded pairs come last.
     """
     num_query, num_ref, k = size
-    state = CompiledTopK(num_query, k)
+    state = CompiledTopK(num_query, k, dynamic_threads())
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
     walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal), num_ref)
     walk.exclusion = exclusion

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
@@ -33,6 +35,8 @@ import torch
 from ..._warnings import warn_external
 
 __all__ = ["CompiledTopK", "available", "installed", "loaded"]
+
+logger = logging.getLogger(__name__)
 
 # Set to 1 to never use the compiled loops (the PyTorch paths serve every search).
 DISABLE_ENV = "PML_DISABLE_NUMBA"
@@ -81,6 +85,7 @@ def _kernels() -> ModuleType | None:
     """The compiled loops, each loaded and tried once; None (with a warning if numba is
     installed) when they cannot be used, so that searches keep the PyTorch paths."""
     try:
+        _use_a_writable_cache()
         from . import _topk_kernels
 
         _try_out(_topk_kernels)
@@ -94,6 +99,41 @@ def _kernels() -> ModuleType | None:
             )
         return None
     return _topk_kernels
+
+
+def _use_a_writable_cache() -> None:
+    """Make sure numba can cache the compiled loops, so that only a process's first
+    compilation ever pays for it (seconds) and the others load them (a fraction of one).
+
+    numba caches next to the module (``__pycache__``) where it can write, else in the
+    user's cache folder (``~/.cache/numba`` or ``$XDG_CACHE_HOME/numba``), which serves an
+    install into a read-only site-packages; ``NUMBA_CACHE_DIR`` overrides both. Where none
+    of them can be written, the cache goes to ``pml-numba-<uid>`` in the temporary folder
+    (without any, numba would refuse to load the loops).
+    """
+    import numba
+    from numba.misc.appdirs import AppDirs
+
+    config: Any = numba.config  # set from the environment when numba is imported
+    if config.CACHE_DIR:
+        return
+    here = os.path.join(os.path.dirname(__file__), "__pycache__")
+    user = AppDirs(appname="numba", appauthor=False).user_cache_dir
+    if not (_writable(here) or _writable(user)):
+        fallback = os.path.join(tempfile.gettempdir(), f"pml-numba-{os.getuid()}")
+        logger.info("numba cannot cache in %s or %s; caching in %s", here, user, fallback)
+        config.CACHE_DIR = fallback
+
+
+def _writable(folder: str) -> bool:
+    """Whether ``folder`` exists or can be made, and a file can be written in it (as numba
+    checks it)."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError:
+        return False
+    return True
 
 
 def _try_out(kernels: Any) -> None:

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ..._threads import adapted_threads, lowered
 from ..._validation import (
     check_finite,
     check_matrix,
@@ -58,7 +59,11 @@ COMPILED_MIN_PAIRS = 2**22
 # loads it in its third search, or its second for k >= LARGE_K. Measured at 20,000 rows:
 # loading in the first search made it 0.3 s faster at k = 230 but 0.5 s slower at k = 30,
 # where the PyTorch paths are already quick; at 16,384 rows and k = 190, 0.1 s slower,
-# with every later search about a second faster.
+# with every later search about a second faster. Searches on fewer PyTorch threads than
+# usual because cores are busy (see _threads) count twice too: PyTorch's paths then run
+# on the free cores only, while the compiled search hands its tiles to every thread
+# (measured under a load of 15 on two cores, n = 20,000, k = 11: 10-17 s on PyTorch's
+# paths on one thread, 4.8-7.1 s compiled on two).
 COMPILED_LOAD_PAIRS = 2**29
 LARGE_K = 100
 # Side of the square tiles of the compiled search.
@@ -155,9 +160,10 @@ class CustomKNN:
         drop_self = ref_includes_query and same
         # one neighbour more shows the rows with a tie across the k-th place (see _ties)
         extra = int(search_k < len(reference))
-        distances, indices, dropped = self._search(
-            scaled.query, scaled.reference, search_k + extra, (same, drop_self), exclusion
-        )
+        with adapted_threads(len(query) * len(reference), query.device):
+            distances, indices, dropped = self._search(
+                scaled.query, scaled.reference, search_k + extra, (same, drop_self), exclusion
+            )
         if ref_includes_query and not dropped:
             distances, indices = remove_self_matches(distances, indices)
         # ties are of the distances as computed, before they are scaled back (which can
@@ -302,7 +308,7 @@ class CustomKNN:
             and reference.dtype == torch.float32
             and pairs >= COMPILED_MIN_PAIRS
             and len(reference) < 2**31  # its candidates' indices are int32
-            and _compiled_loads(pairs * 2 if k >= LARGE_K else pairs)
+            and _compiled_loads(pairs * 2 if k >= LARGE_K or lowered() else pairs)
         )
 
     def _rows(self, num_reference: int, element_size: int, grow: bool = False) -> int:
