@@ -14,6 +14,7 @@ from typing import Protocol
 
 import torch
 
+from ._progress import SearchProgress
 from ._running_topk import GROUP, RunningTopK
 
 __all__ = [
@@ -109,17 +110,19 @@ def search_symmetric(
     tile_rows, tile_cols = tile
     state = RunningTopK(num_rows, k, like.dtype, like.device)
     buffer = _buffer(min(tile_rows, num_rows) * min(tile_cols, num_rows), like)
-    for r0 in range(0, num_rows, tile_rows):
-        r1 = min(r0 + tile_rows, num_rows)
-        for c0 in range(r0, num_rows, tile_cols):
-            cols = slice(c0, min(c0 + tile_cols, num_rows))
-            scores = scorer.tile(slice(r0, r1), cols, _view(buffer, slice(r0, r1), cols))
-            if skip_diagonal:  # the entries (i, i) of this tile, if any
-                scores.diagonal(offset=r0 - c0).fill_(torch.inf)
-            _push(state, r0, scores, c0)
-            below = max(r1 - c0, 0)  # columns that are rows of this block: already fed
-            if below < scores.shape[1]:
-                _push(state, c0 + below, scores[:, below:].T, r0)
+    with SearchProgress(num_rows * (num_rows + 1) // 2) as progress:
+        for r0 in range(0, num_rows, tile_rows):
+            r1 = min(r0 + tile_rows, num_rows)
+            for c0 in range(r0, num_rows, tile_cols):
+                cols = slice(c0, min(c0 + tile_cols, num_rows))
+                scores = scorer.tile(slice(r0, r1), cols, _view(buffer, slice(r0, r1), cols))
+                if skip_diagonal:  # the entries (i, i) of this tile, if any
+                    scores.diagonal(offset=r0 - c0).fill_(torch.inf)
+                _push(state, r0, scores, c0)
+                below = max(r1 - c0, 0)  # columns that are rows of this block: already fed
+                if below < scores.shape[1]:
+                    _push(state, c0 + below, scores[:, below:].T, r0)
+                progress.update(scores.numel() - below * (below - 1) // 2)
     values, indices = state.finish()
     return scorer.finish(values), indices
 

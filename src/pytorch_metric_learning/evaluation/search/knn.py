@@ -19,6 +19,7 @@ from ...distances.lp_distance import power_of_squared as _power_of_squared
 from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
 from ._compiled_search import sample_first, search_compiled
+from ._progress import SearchProgress
 from ._rescale import Rescaled, rescale
 from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._tiled_search import (
@@ -240,13 +241,15 @@ class CustomKNN:
         rows = self._rows(num_ref, like.element_size(), grow=True)
         buffer = torch.empty(min(rows, num_query) * num_ref, dtype=like.dtype, device=like.device)
         every = slice(0, num_ref)
-        for start in range(0, num_query, rows):
-            block = slice(start, min(start + rows, num_query))
-            out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
-            scores = scorer.tile(block, every, out)
-            if skip_self:
-                scores.diagonal(offset=start).fill_(torch.inf)
-            values[block], indices[block] = topk(scores, k, largest=False)
+        with SearchProgress(num_query * num_ref) as progress:
+            for start in range(0, num_query, rows):
+                block = slice(start, min(start + rows, num_query))
+                out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
+                scores = scorer.tile(block, every, out)
+                if skip_self:
+                    scores.diagonal(offset=start).fill_(torch.inf)
+                values[block], indices[block] = topk(scores, k, largest=False)
+                progress.update(scores.numel())
         return scorer.finish(values), indices
 
     def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor, k: int) -> bool:
@@ -287,12 +290,14 @@ class CustomKNN:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         distances, indices = _empty_outputs(query, ref, k)
         rows = self._rows(len(ref), query.element_size())
-        for start in range(0, len(query), rows):
-            block = query[start : start + rows]
-            values = self.distance.powered_mat(block, ref)
-            top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
-            distances[start : start + len(block)] = top_values
-            indices[start : start + len(block)] = top_indices
+        with SearchProgress(len(query) * len(ref)) as progress:
+            for start in range(0, len(query), rows):
+                block = query[start : start + rows]
+                values = self.distance.powered_mat(block, ref)
+                top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
+                distances[start : start + len(block)] = top_values
+                indices[start : start + len(block)] = top_indices
+                progress.update(values.numel())
         return distances, indices
 
 
