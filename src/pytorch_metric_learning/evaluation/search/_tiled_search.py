@@ -46,17 +46,27 @@ class SquaredEuclidean:
     a tile is a single matrix product with no pass to add them.
     """
 
-    def __init__(self, query: torch.Tensor, ref: torch.Tensor, symmetric: bool) -> None:
+    def __init__(
+        self,
+        query: torch.Tensor,
+        ref: torch.Tensor,
+        symmetric: bool,
+        order: torch.Tensor | None = None,
+    ) -> None:
+        """``order``: the reference rows to use, in that order (and the query's too when
+        ``ref is query``); the augmented copies are built ``BUILD_ROWS`` rows at a time, so
+        a large reference is copied once, not three times (reordered, scaled, joined)."""
         self.symmetric = symmetric
-        self.query_sq = (query * query).sum(dim=1, keepdim=True)
-        ref_sq = self.query_sq if ref is query else (ref * ref).sum(dim=1, keepdim=True)
-        ones = torch.ones_like(self.query_sq)
+        query_order = order if ref is query else None
+        self.query_sq = _squared_norms(query, query_order)
+        ref_sq = self.query_sq if ref is query else _squared_norms(ref, order)
+        query_ones, ref_ones = torch.ones_like(self.query_sq), torch.ones_like(ref_sq)
         if symmetric:
-            self.query = torch.cat([query, self.query_sq, ones], dim=1)
-            self.ref = torch.cat([ref * -2, torch.ones_like(ref_sq), ref_sq], dim=1)
+            self.query = _augmented(query, query_order, 1, [self.query_sq, query_ones])
+            self.ref = _augmented(ref, order, -2, [ref_ones, ref_sq])
         else:
-            self.query = torch.cat([query, ones], dim=1)
-            self.ref = torch.cat([ref * -2, ref_sq], dim=1)
+            self.query = _augmented(query, query_order, 1, [query_ones])
+            self.ref = _augmented(ref, order, -2, [ref_sq])
 
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
         return torch.mm(self.query[rows], self.ref[cols].T, out=out)
@@ -71,10 +81,54 @@ class SquaredEuclidean:
         return scores.clamp_min_(0)
 
 
+# Rows per block when the scorers copy their inputs: the temporaries stay small.
+BUILD_ROWS = 65_536
+
+
+def _blocks(x: torch.Tensor, order: torch.Tensor | None) -> list[tuple[int, torch.Tensor]]:
+    """``(first row, rows)`` of ``x`` (reordered by ``order``) in blocks of ``BUILD_ROWS``."""
+    rows = len(x) if order is None else len(order)
+    return [
+        (
+            start,
+            x[start : start + BUILD_ROWS]
+            if order is None
+            else x[order[start : start + BUILD_ROWS]],
+        )
+        for start in range(0, rows, BUILD_ROWS)
+    ]
+
+
+def _squared_norms(x: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """Each row's sum of squares, ``(rows, 1)``, block by block."""
+    sums = [(block * block).sum(dim=1, keepdim=True) for _, block in _blocks(x, order)]
+    return torch.cat(sums) if sums else x.new_zeros((0, 1))
+
+
+def _augmented(
+    x: torch.Tensor, order: torch.Tensor | None, scale: int, columns: list[torch.Tensor]
+) -> torch.Tensor:
+    """``[scale * x[order], *columns]`` written block by block into one new tensor."""
+    rows, dims = (len(x) if order is None else len(order)), x.shape[1]
+    out = torch.empty((rows, dims + len(columns)), dtype=x.dtype, device=x.device)
+    for start, block in _blocks(x, order):
+        torch.mul(block, scale, out=out[start : start + len(block), :dims])
+    for position, column in enumerate(columns):
+        out[:, dims + position] = column[:, 0]
+    return out
+
+
 class NegatedInnerProduct:
     """``-q.r``: the largest inner products are the smallest scores."""
 
-    def __init__(self, query: torch.Tensor, ref: torch.Tensor) -> None:
+    def __init__(
+        self, query: torch.Tensor, ref: torch.Tensor, order: torch.Tensor | None = None
+    ) -> None:
+        """``order``: as for :class:`SquaredEuclidean`."""
+        if order is not None:
+            same = ref is query
+            ref = ref.index_select(0, order)
+            query = ref if same else query
         self.query, self.ref = query, ref
 
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:

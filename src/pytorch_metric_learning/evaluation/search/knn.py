@@ -219,10 +219,7 @@ class CustomKNN:
         """``search_compiled`` over the reference reordered so that its first tile column
         is an evenly spaced sample; a symmetric self-search reorders both sides alike."""
         order = sample_first(len(reference), COMPILED_TILE)
-        if order is not None:
-            reference = reference.index_select(0, order)
-            query = reference if symmetric else query
-        scorer = _fast_scorer(self.distance, query, reference, symmetric)
+        scorer = _fast_scorer(self.distance, query, reference, symmetric, order)
         del query, reference  # the scorer keeps what it needs
         values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self, order)
         return scorer.finish(values), indices, scorer
@@ -407,12 +404,17 @@ def _scorer_kind(distance: BaseDistance) -> type[SquaredEuclidean | NegatedInner
 
 
 def _fast_scorer(
-    distance: BaseDistance, query: torch.Tensor, ref: torch.Tensor, same: bool
+    distance: BaseDistance,
+    query: torch.Tensor,
+    ref: torch.Tensor,
+    same: bool,
+    order: torch.Tensor | None = None,
 ) -> SquaredEuclidean | NegatedInnerProduct:
-    """The one-GEMM-per-tile scorer of a distance that has one."""
+    """The one-GEMM-per-tile scorer of a distance that has one; ``order`` reorders the
+    reference rows (and the query's, when ``ref is query``)."""
     if _scorer_kind(distance) is SquaredEuclidean:
-        return SquaredEuclidean(query, ref, symmetric=same)
-    return NegatedInnerProduct(query, ref)
+        return SquaredEuclidean(query, ref, symmetric=same, order=order)
+    return NegatedInnerProduct(query, ref, order)
 
 
 def _empty_outputs(
