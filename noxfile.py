@@ -136,6 +136,41 @@ def _run_beside_pml29(session: nox.Session, script: str) -> None:
     )
 
 
+OML = "open-metric-learning==4.0.0"
+# What OML's metric code (oml.functional) imports; its other dependencies serve its
+# datasets, models and pipelines, and its torchvision would pull a CUDA build of torch.
+OML_METRIC_DEPS = ("numpy", "tqdm", "matplotlib", "omegaconf")
+
+
+@nox.session
+def bench_oml(session: nox.Session) -> None:
+    """benchmarks/oml.py: recall_at_K against Open Metric Learning's cmc@K, time and memory.
+
+    OML (import name ``oml``) goes into this session's virtualenv with ``--no-deps``, next
+    to this project and only what OML's metric code needs; 2.9.0 goes into a second
+    virtualenv beside it, for bench_pml29's ratios on the same data. Not one of the default
+    sessions. ``nox -R -s bench_oml -- --sizes 20000`` reuses both.
+    """
+    session.install(*CONSTRAINTS, "-e", ".", *OML_METRIC_DEPS)
+    session.install(*CONSTRAINTS, "--no-deps", OML)
+    pml29 = Path(session.virtualenv.location).parent / f"{session.name}_pml29"
+    pml29_python = str(pml29 / "bin" / "python")
+    session.run_install("python", "-m", "venv", "--clear", str(pml29))
+    session.run_install(
+        pml29_python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        *CONSTRAINTS,
+        PML29,
+        "faiss-cpu",
+        "scikit-learn",
+        external=True,
+    )
+    session.run("python", "benchmarks/oml.py", "--pml29-python", pml29_python, *session.posargs)
+
+
 def _pml29_beside_ours(session: nox.Session) -> str:
     """Install 2.9.0 in the session's virtualenv and this project in a second one beside
     it (they share an import name); return the second one's python."""

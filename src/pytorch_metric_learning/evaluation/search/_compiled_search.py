@@ -34,6 +34,7 @@ import torch
 
 from ..._threads import dynamic_threads
 from ._compiled_topk import CompiledTopK, _in_parts
+from ._progress import SearchProgress
 from ._tiled_search import Scorer
 from ._topk import topk
 from .exclusion import Exclusion
@@ -90,12 +91,13 @@ def search_compiled(
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
     walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal), num_ref)
     walk.exclusion = exclusion
-    if state.threads == 1 or num_query <= side:
-        walk.offer(_tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric))
-    elif symmetric:
-        _walk_tiles_in_parallel(walk, (num_query, num_ref))
-    else:
-        _walk_row_blocks_in_parallel(walk, (num_query, num_ref))
+    with SearchProgress(_walked_pairs(num_query, num_ref, symmetric)) as walk.progress:
+        if state.threads == 1 or num_query <= side:
+            walk.offer(_tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric))
+        elif symmetric:
+            _walk_tiles_in_parallel(walk, (num_query, num_ref))
+        else:
+            _walk_row_blocks_in_parallel(walk, (num_query, num_ref))
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
     numbering = None if order is None else order.to(torch.int32).numpy()
     positions = order if symmetric else None
@@ -106,6 +108,14 @@ def search_compiled(
         values[rows_out] = found[0]
         indices[rows_out] = found[1] if order is None else order[found[1]]
     return values, indices
+
+
+def _walked_pairs(num_query: int, num_ref: int, symmetric: bool) -> int:
+    """The pairs the walk scores: a symmetric one's tiles on one side of the diagonal
+    (counted as square tiles) hold about half of them."""
+    if not symmetric:
+        return num_query * num_ref
+    return num_query * (num_query + 1) // 2
 
 
 class _Walk:
@@ -127,6 +137,7 @@ class _Walk:
         self.num_ref = num_ref
         self.in_blocks = not self.symmetric
         self.exclusion: Exclusion | None = None
+        self.progress: SearchProgress | None = None
 
     def buffer(self) -> torch.Tensor:
         """A buffer that holds a tile's products (a block's, in blocks)."""
@@ -182,6 +193,17 @@ class _Walk:
             self.state.push_both(r0, scores, c0)
         else:
             self.state.push_rows(r0, scores, c0)
+        if self.progress is not None:
+            self.progress.update(_tile_pairs(r0, c0, scores.shape, self.symmetric))
+
+
+def _tile_pairs(r0: int, c0: int, shape: tuple[int, ...], symmetric: bool) -> int:
+    """The pairs a tile adds to :func:`_walked_pairs`: a symmetric walk's diagonal tile
+    counts its half, with the diagonal."""
+    rows, cols = shape[0], shape[1]
+    if symmetric and r0 == c0:
+        return rows * (rows + 1) // 2
+    return rows * cols
 
 
 def _tiles(

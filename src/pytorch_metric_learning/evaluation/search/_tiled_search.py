@@ -14,6 +14,7 @@ from typing import Protocol
 
 import torch
 
+from ._progress import SearchProgress
 from ._running_topk import GROUP, RunningTopK
 
 __all__ = [
@@ -45,17 +46,27 @@ class SquaredEuclidean:
     a tile is a single matrix product with no pass to add them.
     """
 
-    def __init__(self, query: torch.Tensor, ref: torch.Tensor, symmetric: bool) -> None:
+    def __init__(
+        self,
+        query: torch.Tensor,
+        ref: torch.Tensor,
+        symmetric: bool,
+        order: torch.Tensor | None = None,
+    ) -> None:
+        """``order``: the reference rows to use, in that order (and the query's too when
+        ``ref is query``); the augmented copies are built ``BUILD_ROWS`` rows at a time, so
+        a large reference is copied once, not three times (reordered, scaled, joined)."""
         self.symmetric = symmetric
-        self.query_sq = (query * query).sum(dim=1, keepdim=True)
-        ref_sq = self.query_sq if ref is query else (ref * ref).sum(dim=1, keepdim=True)
-        ones = torch.ones_like(self.query_sq)
+        query_order = order if ref is query else None
+        self.query_sq = _squared_norms(query, query_order)
+        ref_sq = self.query_sq if ref is query else _squared_norms(ref, order)
+        query_ones, ref_ones = torch.ones_like(self.query_sq), torch.ones_like(ref_sq)
         if symmetric:
-            self.query = torch.cat([query, self.query_sq, ones], dim=1)
-            self.ref = torch.cat([ref * -2, torch.ones_like(ref_sq), ref_sq], dim=1)
+            self.query = _augmented(query, query_order, 1, [self.query_sq, query_ones])
+            self.ref = _augmented(ref, order, -2, [ref_ones, ref_sq])
         else:
-            self.query = torch.cat([query, ones], dim=1)
-            self.ref = torch.cat([ref * -2, ref_sq], dim=1)
+            self.query = _augmented(query, query_order, 1, [query_ones])
+            self.ref = _augmented(ref, order, -2, [ref_sq])
 
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
         return torch.mm(self.query[rows], self.ref[cols].T, out=out)
@@ -70,10 +81,54 @@ class SquaredEuclidean:
         return scores.clamp_min_(0)
 
 
+# Rows per block when the scorers copy their inputs: the temporaries stay small.
+BUILD_ROWS = 65_536
+
+
+def _blocks(x: torch.Tensor, order: torch.Tensor | None) -> list[tuple[int, torch.Tensor]]:
+    """``(first row, rows)`` of ``x`` (reordered by ``order``) in blocks of ``BUILD_ROWS``."""
+    rows = len(x) if order is None else len(order)
+    return [
+        (
+            start,
+            x[start : start + BUILD_ROWS]
+            if order is None
+            else x[order[start : start + BUILD_ROWS]],
+        )
+        for start in range(0, rows, BUILD_ROWS)
+    ]
+
+
+def _squared_norms(x: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """Each row's sum of squares, ``(rows, 1)``, block by block."""
+    sums = [(block * block).sum(dim=1, keepdim=True) for _, block in _blocks(x, order)]
+    return torch.cat(sums) if sums else x.new_zeros((0, 1))
+
+
+def _augmented(
+    x: torch.Tensor, order: torch.Tensor | None, scale: int, columns: list[torch.Tensor]
+) -> torch.Tensor:
+    """``[scale * x[order], *columns]`` written block by block into one new tensor."""
+    rows, dims = (len(x) if order is None else len(order)), x.shape[1]
+    out = torch.empty((rows, dims + len(columns)), dtype=x.dtype, device=x.device)
+    for start, block in _blocks(x, order):
+        torch.mul(block, scale, out=out[start : start + len(block), :dims])
+    for position, column in enumerate(columns):
+        out[:, dims + position] = column[:, 0]
+    return out
+
+
 class NegatedInnerProduct:
     """``-q.r``: the largest inner products are the smallest scores."""
 
-    def __init__(self, query: torch.Tensor, ref: torch.Tensor) -> None:
+    def __init__(
+        self, query: torch.Tensor, ref: torch.Tensor, order: torch.Tensor | None = None
+    ) -> None:
+        """``order``: as for :class:`SquaredEuclidean`."""
+        if order is not None:
+            same = ref is query
+            ref = ref.index_select(0, order)
+            query = ref if same else query
         self.query, self.ref = query, ref
 
     def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
@@ -109,17 +164,19 @@ def search_symmetric(
     tile_rows, tile_cols = tile
     state = RunningTopK(num_rows, k, like.dtype, like.device)
     buffer = _buffer(min(tile_rows, num_rows) * min(tile_cols, num_rows), like)
-    for r0 in range(0, num_rows, tile_rows):
-        r1 = min(r0 + tile_rows, num_rows)
-        for c0 in range(r0, num_rows, tile_cols):
-            cols = slice(c0, min(c0 + tile_cols, num_rows))
-            scores = scorer.tile(slice(r0, r1), cols, _view(buffer, slice(r0, r1), cols))
-            if skip_diagonal:  # the entries (i, i) of this tile, if any
-                scores.diagonal(offset=r0 - c0).fill_(torch.inf)
-            _push(state, r0, scores, c0)
-            below = max(r1 - c0, 0)  # columns that are rows of this block: already fed
-            if below < scores.shape[1]:
-                _push(state, c0 + below, scores[:, below:].T, r0)
+    with SearchProgress(num_rows * (num_rows + 1) // 2) as progress:
+        for r0 in range(0, num_rows, tile_rows):
+            r1 = min(r0 + tile_rows, num_rows)
+            for c0 in range(r0, num_rows, tile_cols):
+                cols = slice(c0, min(c0 + tile_cols, num_rows))
+                scores = scorer.tile(slice(r0, r1), cols, _view(buffer, slice(r0, r1), cols))
+                if skip_diagonal:  # the entries (i, i) of this tile, if any
+                    scores.diagonal(offset=r0 - c0).fill_(torch.inf)
+                _push(state, r0, scores, c0)
+                below = max(r1 - c0, 0)  # columns that are rows of this block: already fed
+                if below < scores.shape[1]:
+                    _push(state, c0 + below, scores[:, below:].T, r0)
+                progress.update(scores.numel() - below * (below - 1) // 2)
     values, indices = state.finish()
     return scorer.finish(values), indices
 

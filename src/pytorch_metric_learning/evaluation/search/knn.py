@@ -20,6 +20,7 @@ from ...distances.lp_distance import power_of_squared as _power_of_squared
 from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
 from ._compiled_search import sample_first, search_compiled
+from ._progress import SearchProgress
 from ._rescale import Rescaled, rescale
 from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._tiled_search import (
@@ -256,12 +257,9 @@ class CustomKNN:
         ``self_search`` is ``(symmetric, drop_self)``."""
         symmetric, drop_self = self_search
         order = sample_first(len(reference), COMPILED_TILE)
-        if order is not None:
-            reference = reference.index_select(0, order)
-            query = reference if symmetric else query
-            if exclusion is not None:
-                exclusion = exclusion.reordered(order)
-        scorer = _fast_scorer(self.distance, query, reference, symmetric)
+        if order is not None and exclusion is not None:
+            exclusion = exclusion.reordered(order)
+        scorer = _fast_scorer(self.distance, query, reference, symmetric, order)
         del query, reference  # the scorer keeps what it needs
         values, indices = search_compiled(
             scorer, size, symmetric, COMPILED_TILE, drop_self, order, exclusion
@@ -287,15 +285,17 @@ class CustomKNN:
         rows = self._rows(num_ref, like.element_size(), grow=True)
         buffer = torch.empty(min(rows, num_query) * num_ref, dtype=like.dtype, device=like.device)
         every = slice(0, num_ref)
-        for start in range(0, num_query, rows):
-            block = slice(start, min(start + rows, num_query))
-            out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
-            scores = scorer.tile(block, every, out)
-            if skip_self:
-                scores.diagonal(offset=start).fill_(torch.inf)
-            if exclusion is not None:
-                exclusion.fill(scores, block, torch.inf)
-            values[block], indices[block] = topk(scores, k, largest=False)
+        with SearchProgress(num_query * num_ref) as progress:
+            for start in range(0, num_query, rows):
+                block = slice(start, min(start + rows, num_query))
+                out = buffer[: (block.stop - start) * num_ref].view(-1, num_ref)
+                scores = scorer.tile(block, every, out)
+                if skip_self:
+                    scores.diagonal(offset=start).fill_(torch.inf)
+                if exclusion is not None:
+                    exclusion.fill(scores, block, torch.inf)
+                values[block], indices[block] = topk(scores, k, largest=False)
+                progress.update(scores.numel())
         return scorer.finish(values), indices
 
     def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor, k: int) -> bool:
@@ -337,14 +337,16 @@ class CustomKNN:
         distances, indices = _empty_outputs(query, ref, k)
         rows = self._rows(len(ref), query.element_size())
         worst = -torch.inf if self.distance.is_inverted else torch.inf
-        for start in range(0, len(query), rows):
-            block = query[start : start + rows]
-            values = self.distance.powered_mat(block, ref)
-            if exclusion is not None:
-                exclusion.fill(values, slice(start, start + len(block)), worst)
-            top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
-            distances[start : start + len(block)] = top_values
-            indices[start : start + len(block)] = top_indices
+        with SearchProgress(len(query) * len(ref)) as progress:
+            for start in range(0, len(query), rows):
+                block = query[start : start + rows]
+                values = self.distance.powered_mat(block, ref)
+                if exclusion is not None:
+                    exclusion.fill(values, slice(start, start + len(block)), worst)
+                top_values, top_indices = topk(values, k, largest=self.distance.is_inverted)
+                distances[start : start + len(block)] = top_values
+                indices[start : start + len(block)] = top_indices
+                progress.update(values.numel())
         return distances, indices
 
 
@@ -467,12 +469,17 @@ def _scorer_kind(distance: BaseDistance) -> type[SquaredEuclidean | NegatedInner
 
 
 def _fast_scorer(
-    distance: BaseDistance, query: torch.Tensor, ref: torch.Tensor, same: bool
+    distance: BaseDistance,
+    query: torch.Tensor,
+    ref: torch.Tensor,
+    same: bool,
+    order: torch.Tensor | None = None,
 ) -> SquaredEuclidean | NegatedInnerProduct:
-    """The one-GEMM-per-tile scorer of a distance that has one."""
+    """The one-GEMM-per-tile scorer of a distance that has one; ``order`` reorders the
+    reference rows (and the query's, when ``ref is query``)."""
     if _scorer_kind(distance) is SquaredEuclidean:
-        return SquaredEuclidean(query, ref, symmetric=same)
-    return NegatedInnerProduct(query, ref)
+        return SquaredEuclidean(query, ref, symmetric=same, order=order)
+    return NegatedInnerProduct(query, ref, order)
 
 
 def _empty_outputs(
