@@ -770,7 +770,8 @@ def test_first_bounds_come_from_the_sample_tile(compiled_everywhere, monkeypatch
 
     monkeypatch.setattr(_compiled_topk.CompiledTopK, "kth_smallest", spy)
     values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 3, None, True)
-    assert [shape for shape, _, _ in seen] == [(32, 32)] * 6 + [(8, 32)]
+    # threads take the row blocks in any order: compare the tiles as a multiset
+    assert sorted(tuple(shape) for shape, _, _ in seen) == [(8, 32)] + [(32, 32)] * 6
     assert seen[0][2]  # no bound before the first tile
     table = torch.cdist(x.double(), x.double()).numpy() ** 2
     np.fill_diagonal(table, np.inf)
