@@ -13,7 +13,7 @@ import torch
 
 from ._validation import invalid
 from .errors import InvalidArgumentError, InvalidTypeError
-from .worst_queries import Retrieval, WorstQuery
+from .worst_queries import Retrieval, WorstQuery, queries_metric
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,7 +26,8 @@ Image = Union[PathLike, np.ndarray, torch.Tensor]
 OWNER = "plot_worst_queries"
 RELEVANT, NOT_RELEVANT, QUERY = "#1a9850", "#d73027", "#4575b4"
 _CELL_INCHES = 1.9
-_LEGEND = "\nblue: query · green: same label (relevant) · red: other label · d: distance"
+_LEGEND = "\nblue: query · green: same label (relevant) · red: other label · {symbol}: {kind}"
+_SYMBOLS = {"distance": "d", "similarity": "s"}
 
 
 def plot_worst_queries(
@@ -35,7 +36,7 @@ def plot_worst_queries(
     query_images: Sequence[Image],
     reference_images: Sequence[Image] | None = None,
     *,
-    metric: str = "precision_at_1",
+    metric: str | None = None,
     label_names: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Path:
@@ -51,7 +52,10 @@ def plot_worst_queries(
         query_images: One image per query row: a file path, or an array (H x W, H x W x C,
             or a C x H x W tensor; floats in [0, 1] or uint8).
         reference_images: One per reference row; ``None`` when the reference is the query.
-        metric: The metric the queries were ranked by (for the captions).
+        metric: The metric the queries were ranked by (for the captions). The queries of
+            :func:`find_worst_queries` name it themselves, so leave it out; given, it must
+            be theirs (``InvalidArgumentError`` otherwise). Queries built by hand without
+            a metric are captioned ``precision_at_1``, or ``metric`` when given.
         label_names: Names of the integer labels, if they encode strings.
         title: The figure's title (default: the metric).
 
@@ -70,6 +74,7 @@ def plot_worst_queries(
     """
     from .plots import _new_figure, _save, metric_label
 
+    metric = queries_metric(worst, metric, OWNER) or "precision_at_1"
     reference_images = query_images if reference_images is None else reference_images
     _check_images(worst, query_images, reference_images)
     if not worst:
@@ -81,19 +86,30 @@ def plot_worst_queries(
     grid = figure.add_gridspec(len(worst), len(widths), width_ratios=widths)
     _space_frames_apart(figure)
     name = metric_label(metric)
-    figure.suptitle((title or f"The {len(worst)} worst queries by {name}") + _LEGEND, fontsize=12)
+    kind = _kind(worst)
+    legend = _LEGEND.format(symbol=_SYMBOLS[kind], kind=kind)
+    figure.suptitle((title or _title(len(worst), name)) + legend, fontsize=12)
     for row, item in enumerate(worst):
         label = _label(item.label, label_names)
         caption = f"query {item.index}\nlabel {label} · {name} {item.value:.2f}"
         _cell(figure.add_subplot(grid[row, 0]), query_images[item.index], caption, QUERY)
         for col, found in enumerate(item.retrievals, start=1):
             axes = figure.add_subplot(grid[row, col])
-            _retrieval_cell(axes, found, reference_images, label_names)
+            _retrieval_cell(axes, found, reference_images, label_names, kind)
         if item.nearest_relevant.rank > len(item.retrievals):
             axes = figure.add_subplot(grid[row, len(widths) - 1])
-            _retrieval_cell(axes, item.nearest_relevant, reference_images, label_names)
+            _retrieval_cell(axes, item.nearest_relevant, reference_images, label_names, kind)
             axes.set_title("nearest relevant\n" + axes.get_title(), fontsize=9)
     return _save(figure, path)
+
+
+def _title(count: int, name: str) -> str:
+    return f"The worst query by {name}" if count == 1 else f"The {count} worst queries by {name}"
+
+
+def _kind(worst: Sequence[WorstQuery]) -> str:
+    kinds = {item.distance_kind for item in worst}
+    return kinds.pop() if len(kinds) == 1 and kinds <= set(_SYMBOLS) else "distance"
 
 
 def _space_frames_apart(figure: Figure) -> None:
@@ -105,10 +121,15 @@ def _space_frames_apart(figure: Figure) -> None:
 
 
 def _retrieval_cell(
-    axes: Axes, found: Retrieval, images: Sequence[Image], label_names: Sequence[str] | None
+    axes: Axes,
+    found: Retrieval,
+    images: Sequence[Image],
+    label_names: Sequence[str] | None,
+    kind: str = "distance",
 ) -> None:
     colour = RELEVANT if found.relevant else NOT_RELEVANT
-    caption = f"#{found.rank} · label {_label(found.label, label_names)}\nd = {found.distance:.3g}"
+    label = _label(found.label, label_names)
+    caption = f"#{found.rank} · label {label}\n{_SYMBOLS[kind]} = {found.distance:.3g}"
     _cell(axes, images[found.index], caption, colour)
 
 

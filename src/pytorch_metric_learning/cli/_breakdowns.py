@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from .._worst_queries_plot import plot_worst_queries
-from ..worst_queries import TABLE_HEADER, WorstQuery, find_worst_queries, worst_queries_rows
+from ..worst_queries import (
+    WorstQuery,
+    find_worst_queries,
+    worst_queries_header,
+    worst_queries_rows,
+)
 from ._output import format_table, say_written
 from .loaders import InputFileError, read_labels
 
@@ -82,23 +87,29 @@ def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[
 
 
 def render_worst(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> str:
-    """The worst queries as a table: one row per retrieval shown (``*`` marks relevant)."""
-    header = [metric if name == "metric value" else name for name in TABLE_HEADER]
+    """The worst queries as a table: one row per retrieval shown. The value and distance
+    columns are named by what the queries carry (their metric; distance or similarity)."""
+    header = worst_queries_header(worst)
     rows = []
     for row in worst_queries_rows(worst):
         row[1], row[5] = _named(row[1], names), _named(row[5], names)
-        row[6] = f"{row[6]:.4g}"
+        row[2] = f"{row[2]:.4f}"
+        row[6] = f"{row[6]:.4f}"
         row[7] = "yes" if row[7] else "no"
         rows.append(row)
+    metric = header[2]
+    shown = "worst query" if len(worst) == 1 else f"{len(worst)} worst queries"
     title = (
-        f"The {len(worst)} worst queries by {metric} (their top retrievals, then the "
-        "nearest relevant item when it is further down)"
+        f"The {shown} by {metric} (top retrievals, then the nearest relevant item when it "
+        "is further down)"
     )
     return title + "\n" + format_table(header, rows)
 
 
 def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> dict[str, Any]:
-    """The worst queries for the JSON output, labels as names when the files had names."""
+    """The worst queries for the JSON output, labels as names when the files had names;
+    with the metric, ``k`` and the kind of the distances (``"distance"`` or
+    ``"similarity"``) they were found with."""
     queries = []
     for item in worst:
         found = item.as_dict()
@@ -106,7 +117,13 @@ def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) 
         for retrieval in [*found["retrievals"], found["nearest_relevant"]]:
             retrieval["label"] = _named(retrieval["label"], names)
         queries.append(found)
-    return {"metric": metric, "queries": queries}
+    header = worst_queries_header(worst)
+    return {
+        "metric": header[2] if worst else metric,
+        "k": worst[0].k if worst else None,
+        "distance_kind": header[6],
+        "queries": queries,
+    }
 
 
 def read_worst_images(
@@ -136,7 +153,6 @@ def draw_worst(
         args.plot,
         images[0],
         images[1],
-        metric=args.worst_metric,
         label_names=class_names,
     )
     say_written("Plot", path, to_stderr=args.output == "-")

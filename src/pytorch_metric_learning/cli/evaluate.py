@@ -423,6 +423,11 @@ def _record(
         "avg_of_avgs": calculator.avg_of_avgs,
         "per_class": calculator.return_per_class,
         "bootstrap": bootstrap_settings(args) if args.ci is not None else None,
+        "show_worst": getattr(args, "show_worst", None),
+        "worst_metric": getattr(args, "worst_metric", None)
+        if getattr(args, "show_worst", None)
+        else None,
+        "worst_k": getattr(args, "worst_k", None) if getattr(args, "show_worst", None) else None,
         "device": str(calculator.device or inputs.query.device),
         "knn": {
             **describe_spec(args.knn, "knn", "custom"),
