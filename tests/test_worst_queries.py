@@ -255,3 +255,67 @@ def test_bad_inputs_are_named_for_find_worst_queries(args, param):
     with pytest.raises((InvalidArgumentError, InvalidTypeError), match=param) as caught:
         find_worst_queries(*args)
     assert "find_worst_queries" in str(caught.value)
+
+
+def _few_worst():
+    query, labels = _data(40, seed=9)
+    return find_worst_queries(query, labels, num_queries=2, k=3)
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (np.full((8, 8), 2.0), "values from 2 to 2"),
+        (np.full((8, 8), -0.5), "values from -0.5"),
+        (np.full((8, 8), np.nan), "NaN"),
+        (np.full((8, 8, 3), 255.0, dtype=np.float32), "values from 255"),
+        (np.full((8, 8), -3, dtype=np.int16), "int16"),
+    ],
+)
+def test_images_outside_the_drawable_range_are_refused(bad, words, tmp_path):
+    pytest.importorskip("matplotlib")
+    from pytorch_metric_learning.plots import plot_worst_queries
+
+    images = [np.full((8, 8), 0.5)] * 40
+    images[_few_worst()[0].index] = bad
+    with pytest.raises((InvalidArgumentError, InvalidTypeError), match="'images'") as caught:
+        plot_worst_queries(_few_worst(), tmp_path / "w.png", images)
+    assert words in str(caught.value)
+    assert not (tmp_path / "w.png").exists()
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.bool_])
+def test_unsigned_images_are_scaled_by_their_range(dtype, tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    from pytorch_metric_learning.plots import plot_worst_queries
+
+    top = 1 if dtype is np.bool_ else np.iinfo(dtype).max
+    images = [np.full((16, 16), top, dtype=dtype)] * 40  # white tiles, as uint8 255 draws them
+    white = plot_worst_queries(_few_worst(), tmp_path / "a.png", images)
+    expected = plot_worst_queries(
+        _few_worst(), tmp_path / "b.png", [np.full((16, 16), 255, dtype=np.uint8)] * 40
+    )
+    assert np.array_equal(imread(white), imread(expected))
+
+
+def test_label_names_too_short_and_other_extensions_are_refused(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pytorch_metric_learning.plots import plot_worst_queries
+
+    images = [np.full((8, 8), 0.5)] * 40
+    with pytest.raises(InvalidArgumentError, match="'label_names'.*names.*2 names"):
+        plot_worst_queries(_few_worst(), tmp_path / "w.png", images, label_names=["a", "b"])
+    for name in ("w.jpg", "w.pdf", "w"):
+        with pytest.raises(InvalidArgumentError, match="'path'.*\\.png"):
+            plot_worst_queries(_few_worst(), tmp_path / name, images)
+        assert not (tmp_path / name).exists()
+
+
+def test_long_label_names_are_cut_to_the_tile(monkeypatch, tmp_path):
+    names = [f"a very long class name number {i} with more words\nand a line" for i in range(5)]
+    texts = _drawn_texts(monkeypatch, _few_worst(), tmp_path, label_names=names)
+    for caption in texts[1:]:
+        assert all(len(line) <= 28 for line in caption.splitlines()), caption
+    assert any("…" in caption for caption in texts[1:])

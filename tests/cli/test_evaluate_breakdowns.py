@@ -101,6 +101,10 @@ def test_the_plot_is_written_from_an_image_list(cli, files, tmp_path):
         (["--plot", "w.png"], "--plot belongs to --show-worst N"),
         (["--show-worst", "2", "--plot", "w.png"], "--images and --plot must be given together"),
         (["--show-worst", "0"], "argument --show-worst: must be a positive int"),
+        (
+            ["--show-worst", "2", "--images", "p.txt", "--plot", "w.jpg"],
+            "its file name must end in .png",
+        ),
         (["--show-worst", "2", "--worst-metric", "NMI"], "a k-NN metric with a value per query"),
         (["--query-categories", "LABELS", "--per-class"], "cannot be combined with --per-class"),
     ],

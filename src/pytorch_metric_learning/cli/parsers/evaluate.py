@@ -199,6 +199,8 @@ def check_breakdown_options(args: argparse.Namespace) -> None:
         return
     if (args.images is None) != (args.plot is None):
         raise UsageError("--images and --plot must be given together (the picture needs both)")
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise UsageError(f"--plot writes a PNG; its file name must end in .png, not {args.plot!r}")
     if args.reference_images is not None and (args.images is None or args.reference is None):
         raise UsageError("--reference-images needs --images and --reference")
     if args.images is not None and args.reference is not None and args.reference_images is None:
