@@ -236,3 +236,20 @@ def test_worst_queries_name_the_kind_of_distance_and_their_settings(
     assert kind in header.split() and "recall_at_2" in header.split()
     assert "The worst query by recall_at_2" in result.out
     assert "The 1 worst" not in result.out
+
+
+def test_category_table_marks_wrong_metrics_and_json_counts_queries(cli, files, tmp_path):
+    out = tmp_path / "out.json"
+    result = cli(
+        "evaluate", files["query"], "--labels", files["labels"], "--query-categories",
+        files["categories"], "--metrics", METRICS, "--k", 2, "--output", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    overall, categories = result.out.split("\ncategory")
+    assert "mean_average_precision_at_r (!)" in overall
+    header = categories.splitlines()[0]
+    assert "mean_average_precision_at_r (!)" in header and "precision_at_1 (!)" not in header
+    assert "(!) wrong" in categories
+    _, _, names = _arrays(files)
+    record = json.loads(out.read_text())
+    assert record["per_category_queries"] == {name: names.count(name) for name in set(names)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "read_categories",
     "render_categories",
     "category_record",
+    "category_counts",
     "read_image_paths",
     "worst_queries",
     "render_worst",
@@ -39,20 +41,37 @@ def read_categories(source: str | None, num_rows: int) -> list[Any] | None:
     return list(read_labels(source, num_rows=num_rows).tolist())
 
 
-def render_categories(per_category: dict[Any, dict[str, Any]], categories: list[Any]) -> str:
-    """One row per category: its number of queries and each metric on its queries alone."""
+WRONG_MARK = " (!)"  # as the overall table marks a metric --k made wrong
+
+
+def render_categories(
+    per_category: dict[Any, dict[str, Any]], categories: list[Any], wrong: Sequence[str] = ()
+) -> str:
+    """One row per category: its number of queries and each metric on its queries alone;
+    the metrics in ``wrong`` (--k below the largest class) marked as in the overall table."""
     counts = collections.Counter(categories)
     names = list(next(iter(per_category.values()))) if per_category else []
     rows = [
         [category, counts[category], *(values[name] for name in names)]
         for category, values in per_category.items()
     ]
-    return format_table(["category", "queries", *names], rows)
+    header = [f"{name}{WRONG_MARK}" if name in wrong else name for name in names]
+    table = format_table(["category", "queries", *header], rows)
+    if any(name in wrong for name in names):
+        table += f"\n\n{WRONG_MARK.strip()} wrong: --k is below the largest class's size"
+    return table
 
 
 def category_record(per_category: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     """``{category (as text): {metric: value}}`` for the JSON output."""
     return {str(category): values for category, values in per_category.items()}
+
+
+def category_counts(categories: list[Any]) -> dict[str, int]:
+    """``{category (as text): number of queries}`` for the JSON output."""
+    return {
+        str(category): count for category, count in sorted(collections.Counter(categories).items())
+    }
 
 
 def read_image_paths(source: str, num_rows: int, option: str) -> list[Path]:
