@@ -13,7 +13,7 @@ import torch
 
 from ._validation import invalid
 from .errors import InvalidArgumentError, InvalidTypeError
-from .worst_queries import Retrieval, WorstQuery
+from .worst_queries import Retrieval, WorstQuery, queries_metric
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,7 +26,8 @@ Image = Union[PathLike, np.ndarray, torch.Tensor]
 OWNER = "plot_worst_queries"
 RELEVANT, NOT_RELEVANT, QUERY = "#1a9850", "#d73027", "#4575b4"
 _CELL_INCHES = 1.9
-_LEGEND = "\nblue: query · green: same label (relevant) · red: other label · d: distance"
+_LEGEND = "\nblue: query · green: same label (relevant) · red: other label · {symbol}: {kind}"
+_SYMBOLS = {"distance": "d", "similarity": "s"}
 
 
 def plot_worst_queries(
@@ -35,7 +36,7 @@ def plot_worst_queries(
     query_images: Sequence[Image],
     reference_images: Sequence[Image] | None = None,
     *,
-    metric: str = "precision_at_1",
+    metric: str | None = None,
     label_names: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Path:
@@ -47,12 +48,19 @@ def plot_worst_queries(
 
     Args:
         worst: From :func:`pytorch_metric_learning.worst_queries.find_worst_queries`.
-        path: The PNG file to write.
+        path: The PNG file to write (its name must end in ``.png``: the picture is a PNG,
+            and another extension would name a format it is not).
         query_images: One image per query row: a file path, or an array (H x W, H x W x C,
-            or a C x H x W tensor; floats in [0, 1] or uint8).
+            or a C x H x W tensor): floats in [0, 1] (anything else, NaN included, is
+            refused: ``InvalidArgumentError`` naming ``images``), bools, or unsigned ints
+            (uint8, uint16, ...: scaled by their type's range).
         reference_images: One per reference row; ``None`` when the reference is the query.
-        metric: The metric the queries were ranked by (for the captions).
-        label_names: Names of the integer labels, if they encode strings.
+        metric: The metric the queries were ranked by (for the captions). The queries of
+            :func:`find_worst_queries` name it themselves, so leave it out; given, it must
+            be theirs (``InvalidArgumentError`` otherwise). Queries built by hand without
+            a metric are captioned ``precision_at_1``, or ``metric`` when given.
+        label_names: Names of the integer labels, if they encode strings: one per label
+            shown (a shorter list is refused); long names are cut to the tile's width.
         title: The figure's title (default: the metric).
 
     Returns:
@@ -70,6 +78,9 @@ def plot_worst_queries(
     """
     from .plots import _new_figure, _save, metric_label
 
+    metric = queries_metric(worst, metric, OWNER) or "precision_at_1"
+    _check_path(path)
+    _check_label_names(worst, label_names)
     reference_images = query_images if reference_images is None else reference_images
     _check_images(worst, query_images, reference_images)
     if not worst:
@@ -81,19 +92,60 @@ def plot_worst_queries(
     grid = figure.add_gridspec(len(worst), len(widths), width_ratios=widths)
     _space_frames_apart(figure)
     name = metric_label(metric)
-    figure.suptitle((title or f"The {len(worst)} worst queries by {name}") + _LEGEND, fontsize=12)
+    kind = _kind(worst)
+    legend = _LEGEND.format(symbol=_SYMBOLS[kind], kind=kind)
+    figure.suptitle((title or _title(len(worst), name)) + legend, fontsize=12)
     for row, item in enumerate(worst):
         label = _label(item.label, label_names)
-        caption = f"query {item.index}\nlabel {label} · {name} {item.value:.2f}"
+        caption = f"query {item.index} · {name} {item.value:.2f}\nlabel {label}"
         _cell(figure.add_subplot(grid[row, 0]), query_images[item.index], caption, QUERY)
         for col, found in enumerate(item.retrievals, start=1):
             axes = figure.add_subplot(grid[row, col])
-            _retrieval_cell(axes, found, reference_images, label_names)
+            _retrieval_cell(axes, found, reference_images, label_names, kind)
         if item.nearest_relevant.rank > len(item.retrievals):
             axes = figure.add_subplot(grid[row, len(widths) - 1])
-            _retrieval_cell(axes, item.nearest_relevant, reference_images, label_names)
+            _retrieval_cell(axes, item.nearest_relevant, reference_images, label_names, kind)
             axes.set_title("nearest relevant\n" + axes.get_title(), fontsize=9)
     return _save(figure, path)
+
+
+def _check_path(path: PathLike) -> None:
+    if not isinstance(path, (str, os.PathLike)):
+        raise invalid("path", OWNER, "a file path", type(path).__name__, InvalidTypeError)
+    if Path(os.fspath(path)).suffix.lower() != ".png":
+        raise invalid("path", OWNER, "a file name ending in .png (the picture is a PNG)", path)
+
+
+def _check_label_names(worst: Sequence[WorstQuery], names: Sequence[str] | None) -> None:
+    if names is None:
+        return
+    labels = [
+        label
+        for item in worst
+        for label in (
+            item.label,
+            *(found.label for found in item.retrievals),
+            item.nearest_relevant.label,
+        )
+        if isinstance(label, int) and not isinstance(label, bool)
+    ]
+    needed = max(labels, default=-1) + 1
+    if len(names) < needed or any(label < 0 for label in labels):
+        raise invalid(
+            "label_names",
+            OWNER,
+            f"a name for every label shown (labels 0 to {needed - 1}: {needed} names)",
+            f"{len(names)} names",
+        )
+
+
+def _title(count: int, name: str) -> str:
+    return f"The worst query by {name}" if count == 1 else f"The {count} worst queries by {name}"
+
+
+def _kind(worst: Sequence[WorstQuery]) -> str:
+    kinds = {item.distance_kind for item in worst}
+    return kinds.pop() if len(kinds) == 1 and kinds <= set(_SYMBOLS) else "distance"
 
 
 def _space_frames_apart(figure: Figure) -> None:
@@ -105,10 +157,15 @@ def _space_frames_apart(figure: Figure) -> None:
 
 
 def _retrieval_cell(
-    axes: Axes, found: Retrieval, images: Sequence[Image], label_names: Sequence[str] | None
+    axes: Axes,
+    found: Retrieval,
+    images: Sequence[Image],
+    label_names: Sequence[str] | None,
+    kind: str = "distance",
 ) -> None:
     colour = RELEVANT if found.relevant else NOT_RELEVANT
-    caption = f"#{found.rank} · label {_label(found.label, label_names)}\nd = {found.distance:.3g}"
+    label = _label(found.label, label_names)
+    caption = f"#{found.rank} · label {label}\n{_SYMBOLS[kind]} = {found.distance:.3g}"
     _cell(axes, images[found.index], caption, colour)
 
 
@@ -127,10 +184,14 @@ def _top(pixels: np.ndarray) -> float:
     return 255.0 if pixels.dtype == np.uint8 else 1.0
 
 
+_CAPTION_CHARS = 16  # a name that, after "#10 · label ", fills one tile's 9-point line
+
+
 def _label(label: Any, names: Sequence[str] | None) -> str:
-    if names is not None and isinstance(label, int) and 0 <= label < len(names):
-        return str(names[label])
-    return str(label)
+    """The label's name (or the label), cut to the tile's width so captions never overlap."""
+    text = str(names[label]) if names is not None and isinstance(label, int) else str(label)
+    text = " ".join(text.split())  # a newline in a name would push the caption into the tile
+    return text if len(text) <= _CAPTION_CHARS else text[: _CAPTION_CHARS - 1] + "…"
 
 
 def _pixels(image: Image) -> np.ndarray:
@@ -150,7 +211,37 @@ def _pixels(image: Image) -> np.ndarray:
         raise invalid(
             "images", OWNER, "H x W, H x W x 3/4 or 3/4 x H x W arrays", f"shape {array.shape}"
         )
-    return array if array.dtype == np.uint8 else np.clip(array.astype(np.float64), 0, 1)
+    return _in_range(array)
+
+
+def _in_range(array: np.ndarray) -> np.ndarray:
+    """uint8 as it is; bools and other unsigned ints scaled to [0, 1] by their type's range;
+    floats in [0, 1] as they are, else refused (a silent clip draws a blank tile)."""
+    if array.dtype == np.uint8:
+        return array
+    if array.dtype == np.bool_:
+        return array.astype(np.float64)
+    if np.issubdtype(array.dtype, np.unsignedinteger):
+        return array.astype(np.float64) / np.iinfo(array.dtype).max
+    if not np.issubdtype(array.dtype, np.floating):
+        raise invalid(
+            "images",
+            OWNER,
+            "floats in [0, 1], bools or unsigned ints",
+            array.dtype,
+            InvalidTypeError,
+        )
+    values = array.astype(np.float64)
+    if not np.isfinite(values).all() or values.min(initial=0.0) < 0 or values.max(initial=0.0) > 1:
+        bad = (
+            "NaN or infinite values"
+            if not np.isfinite(values).all()
+            else (f"values from {values.min():.4g} to {values.max():.4g}")
+        )
+        raise invalid(
+            "images", OWNER, "float images with values in [0, 1] (divide by 255 first?)", bad
+        )
+    return values
 
 
 def _read(path: PathLike) -> np.ndarray:

@@ -13,19 +13,27 @@ linear in the size of the reference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
-from ._validation import invalid
+from ._validation import check_embeddings, check_plain_tensor, float_if_integer, invalid
 from .errors import InvalidArgumentError, InvalidTypeError
 from .evaluation.retrieval._metric_names import per_query_function
 from .evaluation.retrieval.accuracy_calculator import AccuracyCalculator
 from .evaluation.search._checked_search import search_knn
+from .evaluation.search.protocols import knn_is_inverted
 from .evaluation.search.registry import Spec
 
-__all__ = ["Retrieval", "WorstQuery", "find_worst_queries", "worst_queries_rows"]
+__all__ = [
+    "Retrieval",
+    "WorstQuery",
+    "find_worst_queries",
+    "worst_queries_header",
+    "worst_queries_rows",
+]
 
 OWNER = "find_worst_queries"
 TABLE_HEADER = [
@@ -70,6 +78,12 @@ class WorstQuery:
         value: Its value of the chosen metric.
         retrievals: The first K retrieved items, nearest first.
         nearest_relevant: The nearest relevant reference item (in the top K or not).
+        metric: The metric ``value`` is of, the one the queries were ranked by (``None``
+            when unknown, e.g. built by hand): the table and the picture name it.
+        k: How many retrievals were asked for per query.
+        distance_kind: ``"distance"`` (smaller is nearer) or ``"similarity"`` (larger is
+            nearer: a backend with an inverted distance, e.g. cosine similarity), the name
+            of the ``distance`` of the retrievals in the table, the JSON and the picture.
     """
 
     index: int
@@ -77,6 +91,9 @@ class WorstQuery:
     value: float
     retrievals: list[Retrieval]
     nearest_relevant: Retrieval
+    metric: str | None = None
+    k: int | None = None
+    distance_kind: str = "distance"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,11 +114,12 @@ def find_worst_queries(
     """The ``num_queries`` queries with the lowest value of ``metric``, worst first.
 
     Lone queries (no relevant reference) have no value and are never chosen. Ties keep the
-    query order.
+    query order. Each :class:`WorstQuery` carries ``metric``, ``k`` and ``distance_kind``,
+    so what draws or tabulates it names the values rightly.
 
     Args:
         query, query_labels, reference, reference_labels, ref_includes_query: As for
-            :meth:`AccuracyCalculator.get_accuracy` (1-D labels).
+            :meth:`AccuracyCalculator.get_accuracy` (tensors or NumPy arrays; 1-D labels).
         metric: A k-NN metric with per-query values (``precision_at_1``, ``recall_at_5``,
             ``mean_average_precision_at_r``, ...).
         num_queries: How many queries to return, at most.
@@ -115,7 +133,13 @@ def find_worst_queries(
         >>> [(w.index, w.retrievals[0].index, w.nearest_relevant.rank) for w in worst]
         [(1, 2, 2), (2, 1, 3)]
     """
-    _check_options(metric, num_queries, k, query_labels)
+    _check_options(metric, num_queries, k)
+    query = _embeddings(query, "query")
+    query_labels = _labels(query_labels, "query_labels", query)
+    if reference is not None:
+        reference = _embeddings(reference, "reference")
+    if reference_labels is not None:
+        reference_labels = _labels(reference_labels, "reference_labels", reference)
     calculator = AccuracyCalculator(include=(metric,), knn_func=knn_func)
     results = calculator.get_accuracy(
         query,
@@ -133,13 +157,51 @@ def find_worst_queries(
     reference = query if reference is None else reference
     reference_labels = query_labels if reference_labels is None else reference_labels
     rankings = _rankings(calculator, query[rows.to(query.device)], reference, rows, self_search)
+    kind = _distance_kind(calculator.knn_func)
     return [
-        _worst_query(int(row), float(value), query_labels, reference_labels, ranking, k)
+        replace(
+            _worst_query(int(row), float(value), query_labels, reference_labels, ranking, k),
+            metric=metric,
+            k=k,
+            distance_kind=kind,
+        )
         for row, value, ranking in zip(rows.tolist(), values[order].tolist(), rankings)
     ]
 
 
-def _check_options(metric: Any, num_queries: Any, k: Any, query_labels: Any) -> None:
+def _embeddings(value: Any, param: str) -> torch.Tensor:
+    """Embeddings as :meth:`AccuracyCalculator.get_accuracy` takes them (tensor or array)."""
+    tensor = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+    tensor = check_plain_tensor(tensor, param, OWNER)
+    if isinstance(tensor, torch.Tensor):
+        tensor = float_if_integer(tensor)
+    return check_embeddings(tensor, param, OWNER)
+
+
+def _labels(value: Any, param: str, embeddings: torch.Tensor | None) -> torch.Tensor:
+    """1-D labels, one per embedding row, as a tensor (NumPy arrays are converted)."""
+    if isinstance(value, np.ndarray):
+        try:
+            value = torch.from_numpy(value)
+        except TypeError:
+            raise invalid(param, OWNER, "numeric labels", value.dtype, InvalidTypeError) from None
+    if not isinstance(value, torch.Tensor):
+        raise invalid(param, OWNER, "a torch.Tensor", type(value).__name__, InvalidTypeError)
+    value = check_plain_tensor(value, param, OWNER)
+    if value.ndim != 1:
+        raise invalid(param, OWNER, "1-D labels", f"shape {tuple(value.shape)}", InvalidTypeError)
+    if embeddings is not None and len(value) != len(embeddings):
+        raise invalid(param, OWNER, f"{len(embeddings)} labels (one per row)", len(value))
+    return value
+
+
+def _distance_kind(knn_func: Any) -> str:
+    """``"similarity"`` for a backend that returns similarities (larger is nearer), by the
+    rule every reader of its output follows (:func:`knn_is_inverted`), else ``"distance"``."""
+    return "similarity" if knn_is_inverted(knn_func) else "distance"
+
+
+def _check_options(metric: Any, num_queries: Any, k: Any) -> None:
     if not isinstance(metric, str) or per_query_function(metric) is None:
         raise invalid(
             "metric",
@@ -150,14 +212,6 @@ def _check_options(metric: Any, num_queries: Any, k: Any, query_labels: Any) -> 
     for param, value in (("num_queries", num_queries), ("k", k)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise invalid(param, OWNER, "a positive int", value)
-    if isinstance(query_labels, torch.Tensor) and query_labels.ndim != 1:
-        raise invalid(
-            "query_labels",
-            OWNER,
-            "1-D labels",
-            f"shape {tuple(query_labels.shape)}",
-            InvalidTypeError,
-        )
 
 
 def _rankings(
@@ -210,9 +264,52 @@ def _worst_query(
     return WorstQuery(row, label.item(), value, top, retrieval(first))
 
 
+def worst_queries_header(worst: Sequence[WorstQuery]) -> list[str]:
+    """:data:`TABLE_HEADER` with the metric's name for ``"metric value"`` and the kind of
+    the distances (``"distance"`` or ``"similarity"``) for ``"distance"``, as the queries
+    carry them.
+
+    Example:
+        >>> query = torch.tensor([[0.0], [2.0], [3.0], [8.0]])
+        >>> worst = find_worst_queries(query, torch.tensor([0, 0, 1, 1]), num_queries=1, k=1)
+        >>> worst_queries_header(worst)[2:]
+        ['precision_at_1', 'rank', 'reference', 'label', 'distance', 'relevant']
+    """
+    metric = queries_metric(worst, None)
+    kinds = {item.distance_kind for item in worst}
+    kind = kinds.pop() if len(kinds) == 1 else "distance"
+    names = {"metric value": metric or "metric value", "distance": kind}
+    return [names.get(name, name) for name in TABLE_HEADER]
+
+
+def queries_metric(
+    worst: Sequence[WorstQuery], metric: str | None, owner: str = OWNER
+) -> str | None:
+    """The metric the queries were ranked by; ``metric`` when given must agree with it.
+
+    Raises:
+        InvalidArgumentError: ``metric`` names another metric than the queries carry, or
+            the queries carry different metrics.
+    """
+    carried = {item.metric for item in worst if item.metric is not None}
+    if len(carried) > 1:
+        raise InvalidArgumentError(
+            f"The 'worst' parameter of {owner} mixes queries ranked by different metrics "
+            f"({', '.join(sorted(carried))}); draw or tabulate one ranking at a time."
+        )
+    if metric is not None and carried and metric not in carried:
+        raise InvalidArgumentError(
+            f"The 'metric' parameter of {owner} is {metric!r}, but the queries were ranked "
+            f"by {next(iter(carried))!r} (their values are of that metric). Leave 'metric' "
+            "out: the queries name it."
+        )
+    return metric if metric is not None else (carried.pop() if carried else None)
+
+
 def worst_queries_rows(worst: Sequence[WorstQuery], k: int | None = None) -> list[list[Any]]:
-    """One table row per shown retrieval (:data:`TABLE_HEADER`): the top K of each worst
-    query, then its nearest relevant item when it is not among them.
+    """One table row per shown retrieval (:data:`TABLE_HEADER`, named for these queries by
+    :func:`worst_queries_header`): the top K of each worst query, then its nearest relevant
+    item when it is not among them.
 
     Example:
         >>> query = torch.tensor([[0.0], [2.0], [3.0], [8.0]])

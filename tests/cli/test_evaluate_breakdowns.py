@@ -101,6 +101,10 @@ def test_the_plot_is_written_from_an_image_list(cli, files, tmp_path):
         (["--plot", "w.png"], "--plot belongs to --show-worst N"),
         (["--show-worst", "2", "--plot", "w.png"], "--images and --plot must be given together"),
         (["--show-worst", "0"], "argument --show-worst: must be a positive int"),
+        (
+            ["--show-worst", "2", "--images", "p.txt", "--plot", "w.jpg"],
+            "its file name must end in .png",
+        ),
         (["--show-worst", "2", "--worst-metric", "NMI"], "a k-NN metric with a value per query"),
         (["--query-categories", "LABELS", "--per-class"], "cannot be combined with --per-class"),
     ],
@@ -154,3 +158,98 @@ def test_ci_method_chooses_the_interval_of_zero_one_metrics(cli, files, tmp_path
     assert record["intervals"]["mean_average_precision_at_r"]["method"] == "percentile"
     assert record["settings"]["bootstrap"]["method"] == method
     assert ("Clopper-Pearson" in result.out) == (method == "auto")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--ci-method", "percentile"], "--ci-method chooses how --ci makes intervals"),
+        (
+            ["--ci", "95", "--ci-method", "clopper_pearson"],
+            "mean_average_precision_at_r, r_precision are not",
+        ),
+        (
+            ["--ci", "95", "--ci-method", "clopper_pearson", "--metrics", METRICS],
+            "mean_average_precision_at_r is not",
+        ),
+        (
+            [
+                "--ci",
+                "95",
+                "--ci-method",
+                "clopper_pearson",
+                "--metrics",
+                "recall_at_1",
+                "--ci-by-class",
+            ],
+            "cannot be combined with --ci-by-class",
+        ),
+    ],
+)
+def test_ci_method_mistakes_are_usage_errors_before_any_search(
+    cli, files, extra, message, monkeypatch
+):
+    def no_search(*args, **kwargs):
+        raise AssertionError("the search ran before the options were checked")
+
+    monkeypatch.setattr(AccuracyCalculator, "get_accuracy", no_search)
+    result = cli("evaluate", files["query"], "--labels", files["labels"], *extra)
+    assert_one_error(result, 2, message)
+
+
+def test_clopper_pearson_on_zero_one_metrics_runs(cli, files, tmp_path):
+    out = tmp_path / "out.json"
+    result = cli(
+        "evaluate", files["query"], "--labels", files["labels"], "--metrics",
+        "precision_at_1,recall_at_2,AMI", "--ci", 95, "--ci-method", "clopper_pearson",
+        "--output", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    record = json.loads(out.read_text())
+    assert {found["method"] for found in record["intervals"].values()} == {"clopper_pearson"}
+
+
+@pytest.mark.parametrize(
+    "distance, kind",
+    [("euclidean", "distance"), ("cosine", "similarity"), ("dot_product", "similarity")],
+)
+def test_worst_queries_name_the_kind_of_distance_and_their_settings(
+    cli, files, tmp_path, distance, kind
+):
+    out = tmp_path / "out.json"
+    spec = json.dumps({"name": "custom", "distance": distance})
+    result = cli(
+        "evaluate", files["query"], "--labels", files["labels"], "--knn", spec,
+        "--show-worst", 1, "--worst-metric", "recall_at_2", "--worst-k", 3, "--output", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    record = json.loads(out.read_text())
+    worst = record["worst_queries"]
+    assert (worst["metric"], worst["k"], worst["distance_kind"]) == ("recall_at_2", 3, kind)
+    settings = record["settings"]
+    assert (settings["show_worst"], settings["worst_metric"], settings["worst_k"]) == (
+        1,
+        "recall_at_2",
+        3,
+    )
+    header = next(line for line in result.out.splitlines() if line.startswith("query "))
+    assert kind in header.split() and "recall_at_2" in header.split()
+    assert "The worst query by recall_at_2" in result.out
+    assert "The 1 worst" not in result.out
+
+
+def test_category_table_marks_wrong_metrics_and_json_counts_queries(cli, files, tmp_path):
+    out = tmp_path / "out.json"
+    result = cli(
+        "evaluate", files["query"], "--labels", files["labels"], "--query-categories",
+        files["categories"], "--metrics", METRICS, "--k", 2, "--output", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    overall, categories = result.out.split("\ncategory")
+    assert "mean_average_precision_at_r (!)" in overall
+    header = categories.splitlines()[0]
+    assert "mean_average_precision_at_r (!)" in header and "precision_at_1 (!)" not in header
+    assert "(!) wrong" in categories
+    _, _, names = _arrays(files)
+    record = json.loads(out.read_text())
+    assert record["per_category_queries"] == {name: names.count(name) for name in set(names)}

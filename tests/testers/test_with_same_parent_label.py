@@ -139,3 +139,25 @@ def test_no_parent_with_references_warns_and_scores_nothing() -> None:
         accuracies = run(spy, {"q": query, "r": reference}, splits_to_eval=[("q", ["r"])])
     assert accuracies == {"q": {"epoch": 1}}
     assert spy.calls == []
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_category_level_is_refused_not_ignored(level):
+    from torch.utils.data import TensorDataset
+
+    from pytorch_metric_learning.errors import InvalidArgumentError as Refused
+    from pytorch_metric_learning.evaluation import AccuracyCalculator
+    from pytorch_metric_learning.testers import WithSameParentLabelTester
+
+    fine = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    labels = torch.stack([fine, fine // 2, fine % 2], dim=1)
+    data = torch.eye(4)[fine] + 0.05 * torch.arange(8.0)[:, None]
+    tester = WithSameParentLabelTester(
+        accuracy_calculator=AccuracyCalculator(include=("precision_at_1",)),
+        dataloader_num_workers=0,
+        data_device="cpu",
+        progress_bar=False,
+    )
+    tester.category_level = level  # type: ignore[attr-defined]
+    with pytest.raises(Refused, match="'category_level'.*WithSameParentLabelTester"):
+        tester.test({"val": TensorDataset(data, labels)}, 1, torch.nn.Identity())

@@ -6,11 +6,17 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .._worst_queries_plot import plot_worst_queries
-from ..worst_queries import TABLE_HEADER, WorstQuery, find_worst_queries, worst_queries_rows
+from ..worst_queries import (
+    WorstQuery,
+    find_worst_queries,
+    worst_queries_header,
+    worst_queries_rows,
+)
 from ._output import format_table, say_written
 from .loaders import InputFileError, read_labels
 
@@ -18,6 +24,7 @@ __all__ = [
     "read_categories",
     "render_categories",
     "category_record",
+    "category_counts",
     "read_image_paths",
     "worst_queries",
     "render_worst",
@@ -34,20 +41,37 @@ def read_categories(source: str | None, num_rows: int) -> list[Any] | None:
     return list(read_labels(source, num_rows=num_rows).tolist())
 
 
-def render_categories(per_category: dict[Any, dict[str, Any]], categories: list[Any]) -> str:
-    """One row per category: its number of queries and each metric on its queries alone."""
+WRONG_MARK = " (!)"  # as the overall table marks a metric --k made wrong
+
+
+def render_categories(
+    per_category: dict[Any, dict[str, Any]], categories: list[Any], wrong: Sequence[str] = ()
+) -> str:
+    """One row per category: its number of queries and each metric on its queries alone;
+    the metrics in ``wrong`` (--k below the largest class) marked as in the overall table."""
     counts = collections.Counter(categories)
     names = list(next(iter(per_category.values()))) if per_category else []
     rows = [
         [category, counts[category], *(values[name] for name in names)]
         for category, values in per_category.items()
     ]
-    return format_table(["category", "queries", *names], rows)
+    header = [f"{name}{WRONG_MARK}" if name in wrong else name for name in names]
+    table = format_table(["category", "queries", *header], rows)
+    if any(name in wrong for name in names):
+        table += f"\n\n{WRONG_MARK.strip()} wrong: --k is below the largest class's size"
+    return table
 
 
 def category_record(per_category: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     """``{category (as text): {metric: value}}`` for the JSON output."""
     return {str(category): values for category, values in per_category.items()}
+
+
+def category_counts(categories: list[Any]) -> dict[str, int]:
+    """``{category (as text): number of queries}`` for the JSON output."""
+    return {
+        str(category): count for category, count in sorted(collections.Counter(categories).items())
+    }
 
 
 def read_image_paths(source: str, num_rows: int, option: str) -> list[Path]:
@@ -82,23 +106,29 @@ def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[
 
 
 def render_worst(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> str:
-    """The worst queries as a table: one row per retrieval shown (``*`` marks relevant)."""
-    header = [metric if name == "metric value" else name for name in TABLE_HEADER]
+    """The worst queries as a table: one row per retrieval shown. The value and distance
+    columns are named by what the queries carry (their metric; distance or similarity)."""
+    header = worst_queries_header(worst)
     rows = []
     for row in worst_queries_rows(worst):
         row[1], row[5] = _named(row[1], names), _named(row[5], names)
-        row[6] = f"{row[6]:.4g}"
+        row[2] = f"{row[2]:.4f}"
+        row[6] = f"{row[6]:.4f}"
         row[7] = "yes" if row[7] else "no"
         rows.append(row)
+    metric = header[2]
+    shown = "worst query" if len(worst) == 1 else f"{len(worst)} worst queries"
     title = (
-        f"The {len(worst)} worst queries by {metric} (their top retrievals, then the "
-        "nearest relevant item when it is further down)"
+        f"The {shown} by {metric} (top retrievals, then the nearest relevant item when it "
+        "is further down)"
     )
     return title + "\n" + format_table(header, rows)
 
 
 def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> dict[str, Any]:
-    """The worst queries for the JSON output, labels as names when the files had names."""
+    """The worst queries for the JSON output, labels as names when the files had names;
+    with the metric, ``k`` and the kind of the distances (``"distance"`` or
+    ``"similarity"``) they were found with."""
     queries = []
     for item in worst:
         found = item.as_dict()
@@ -106,7 +136,13 @@ def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) 
         for retrieval in [*found["retrievals"], found["nearest_relevant"]]:
             retrieval["label"] = _named(retrieval["label"], names)
         queries.append(found)
-    return {"metric": metric, "queries": queries}
+    header = worst_queries_header(worst)
+    return {
+        "metric": header[2] if worst else metric,
+        "k": worst[0].k if worst else None,
+        "distance_kind": header[6],
+        "queries": queries,
+    }
 
 
 def read_worst_images(
@@ -136,7 +172,6 @@ def draw_worst(
         args.plot,
         images[0],
         images[1],
-        metric=args.worst_metric,
         label_names=class_names,
     )
     say_written("Plot", path, to_stderr=args.output == "-")

@@ -34,7 +34,7 @@ def pop_intervals(metrics: dict[str, Any], args: argparse.Namespace) -> dict[str
         args.resamples,
         args.seed,
         by_class=args.ci_by_class,
-        method=getattr(args, "ci_method", "auto"),
+        method=getattr(args, "ci_method", None) or "auto",
     )
 
 
@@ -77,7 +77,7 @@ def bootstrap_settings(args: argparse.Namespace) -> dict[str, Any]:
         "resamples": args.resamples,
         "seed": args.seed,
         "resample": "classes" if args.ci_by_class else "queries",
-        "method": getattr(args, "ci_method", "auto"),
+        "method": getattr(args, "ci_method", None) or "auto",
     }
 
 

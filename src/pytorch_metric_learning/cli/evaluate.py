@@ -18,6 +18,7 @@ from ..errors import InvalidArgumentError
 from ..evaluation import load_kmeans_func, load_knn_func
 from ..evaluation.retrieval.accuracy_calculator import AccuracyCalculator
 from ._breakdowns import (
+    category_counts,
     category_record,
     draw_worst,
     read_categories,
@@ -228,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
         if intervals and interval_note(intervals):
             print(interval_note(intervals))
         if per_category is not None:
-            print("\n" + render_categories(per_category, inputs.query_categories or []))
+            categories = inputs.query_categories or []
+            print("\n" + render_categories(per_category, categories, small_k.names))
         if worst is not None:
             print("\n" + render_worst(worst, args.worst_metric, inputs.class_names))
         check = calculator.last_knn_check
@@ -240,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         record = _record(metrics, inputs, calculator, args, intervals)
         if per_category is not None:
             record["per_category"] = category_record(per_category)
+            record["per_category_queries"] = category_counts(inputs.query_categories or [])
         if worst is not None:
             record["worst_queries"] = worst_record(worst, args.worst_metric, inputs.class_names)
         write_results(args.output, record)
@@ -423,6 +426,11 @@ def _record(
         "avg_of_avgs": calculator.avg_of_avgs,
         "per_class": calculator.return_per_class,
         "bootstrap": bootstrap_settings(args) if args.ci is not None else None,
+        "show_worst": getattr(args, "show_worst", None),
+        "worst_metric": getattr(args, "worst_metric", None)
+        if getattr(args, "show_worst", None)
+        else None,
+        "worst_k": getattr(args, "worst_k", None) if getattr(args, "show_worst", None) else None,
         "device": str(calculator.device or inputs.query.device),
         "knn": {
             **describe_spec(args.knn, "knn", "custom"),

@@ -64,6 +64,12 @@ class WithSameParentLabelTester(BaseTester):
 
     def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
         """Every metric of ``level``, averaged over the parent labels of the queries."""
+        if getattr(self, "category_level", None) is not None:
+            raise InvalidArgumentError(
+                f"The 'category_level' attribute is not supported by {self._owner}: its "
+                "metrics are averages over parent labels, with no per-category breakdown. "
+                "Set it to None, or use GlobalEmbeddingSpaceTester for per-category results."
+            )
         query_parents = pair.query_labels[:, level + 1]
         reference_parents = pair.reference_labels[:, level + 1]
         per_parent: dict[Any, dict[str, Any]] = {}

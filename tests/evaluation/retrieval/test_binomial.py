@@ -80,7 +80,7 @@ def test_all_right_gets_an_interval_below_one():
     "values, kwargs, words",
     [
         (torch.ones(10), {"method": "wilson"}, "one of ['auto'"),
-        (torch.full((10,), 0.5), {"method": "clopper_pearson"}, "values other than 0 and 1"),
+        (torch.full((10,), 0.5), {"method": "clopper_pearson"}, "values that are all 0 or 1"),
         (torch.ones(10), {"method": "clopper_pearson", "groups": torch.arange(10)}, "groups"),
     ],
 )
@@ -133,3 +133,16 @@ def test_default_interval_of_a_zero_one_metric_covers_at_least_93_percent(num, r
 def test_the_percentile_bootstrap_misses_near_one_which_is_why_auto_avoids_it():
     assert _coverage(30, 0.99, repetitions=500, method="percentile") < 0.5
     assert math.isfinite(_coverage(30, 0.99, repetitions=10, method="auto"))
+
+
+@pytest.mark.parametrize("other", ["mean_average_precision_at_r", "r_precision"])
+def test_clopper_pearson_names_the_metric_whose_values_are_not_zero_one(other):
+    from pytorch_metric_learning.evaluation import AccuracyCalculator, bootstrap_intervals
+
+    x, y = torch.randn(60, 4), torch.arange(60) % 4
+    calc = AccuracyCalculator(include=("precision_at_1", other))
+    per_query = calc.get_accuracy(x, y, return_per_query=True)["per_query"]
+    with pytest.raises(InvalidArgumentError, match="'method'") as caught:
+        bootstrap_intervals(per_query, method="clopper_pearson")
+    assert repr(other) in str(caught.value)
+    assert "'precision_at_1'" not in str(caught.value)

@@ -137,3 +137,23 @@ def test_bad_categories_name_the_argument(categories, error, words):
     with pytest.raises(error, match="query_categories") as caught:
         calc.get_accuracy(x, y, query_categories=categories, return_per_category=True)
     assert words in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        lambda ints: [np.int64(i) for i in ints],
+        lambda ints: list(np.array(ints, dtype=np.int32)),
+        lambda ints: [np.str_(f"c{i}") for i in ints],
+        lambda ints: np.array([f"c{i}" for i in ints]),
+    ],
+)
+def test_numpy_scalar_categories_give_plain_keys(convert):
+    x, y = _data(30, 3, seed=11)
+    ints = [i % 4 for i in range(30)]
+    calc = AccuracyCalculator(include=("precision_at_1",))
+    given_categories = convert(ints)
+    keys = list(calc.get_accuracy(x, y, query_categories=given_categories)["per_category"])
+    as_ints = isinstance(given_categories[0], np.integer)
+    assert keys == sorted({i if as_ints else f"c{i}" for i in ints})
+    assert all(type(key) in (int, str) for key in keys)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS
 from .._errors import UsageError
@@ -23,6 +24,7 @@ __all__ = [
     "KNOWN_METRICS",
     "add_parser",
     "check_breakdown_options",
+    "check_ci_method",
     "check_reference_options",
     "input_files",
     "output_files",
@@ -106,16 +108,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ci-method",
         choices=CI_METHODS,
-        default="auto",
+        default=None,
         help="how --ci makes intervals: auto (default) gives metrics that are 0 or 1 per "
         "query (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
-        "the others the percentile bootstrap; or one method for all",
+        "the others the percentile bootstrap; or one method for all (clopper_pearson only "
+        "when every metric is recall_at_K or precision_at_1, without --ci-by-class)",
     )
     _add_worst_arguments(parser)
     parser.set_defaults(
         run=Deferred(
             "evaluate",
-            (check_reference_options, check_ci_options, check_breakdown_options, _outputs),
+            (
+                check_reference_options,
+                check_ci_options,
+                check_ci_method,
+                check_breakdown_options,
+                _outputs,
+            ),
         )
     )
 
@@ -190,10 +199,43 @@ def check_breakdown_options(args: argparse.Namespace) -> None:
         return
     if (args.images is None) != (args.plot is None):
         raise UsageError("--images and --plot must be given together (the picture needs both)")
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise UsageError(f"--plot writes a PNG; its file name must end in .png, not {args.plot!r}")
     if args.reference_images is not None and (args.images is None or args.reference is None):
         raise UsageError("--reference-images needs --images and --reference")
     if args.images is not None and args.reference is not None and args.reference_images is None:
         raise UsageError("--reference-images is needed to draw the retrievals from --reference")
+
+
+def check_ci_method(args: argparse.Namespace) -> None:
+    """``--ci-method`` needs ``--ci``; ``clopper_pearson`` needs metrics that are 0 or 1 per
+    query and independent queries, checked here so that no search runs for nothing."""
+    method = getattr(args, "ci_method", None)
+    if method is None:
+        return
+    if args.ci is None:
+        raise UsageError("--ci-method chooses how --ci makes intervals; it needs --ci")
+    if method != "clopper_pearson":
+        return
+    if args.ci_by_class:
+        raise UsageError(
+            "--ci-method clopper_pearson assumes independent queries; it cannot be combined "
+            "with --ci-by-class (use --ci-method auto or percentile)"
+        )
+    chosen = args.metrics or DEFAULT_METRICS
+    other = [name for name in chosen if name not in ("AMI", "NMI") and not _zero_one(name)]
+    if other:
+        raise UsageError(
+            f"--ci-method clopper_pearson needs metrics that are 0 or 1 per query "
+            f"(recall_at_K, precision_at_1); {', '.join(other)} "
+            f"{'is' if len(other) == 1 else 'are'} not (choose --metrics among those, or "
+            "use --ci-method auto, which gives the others the percentile bootstrap)"
+        )
+
+
+def _zero_one(name: str) -> bool:
+    """Whether a metric's per-query values are 0 or 1 by its definition."""
+    return name == "precision_at_1" or re.fullmatch(r"recall_at_[1-9][0-9]*", name) is not None
 
 
 def _k_value(text: str) -> int | str | None:

@@ -68,6 +68,9 @@ def check_categories(value: Any, num_queries: int, device: torch.device) -> Cate
         items: list[Any] = value.tolist()
     elif isinstance(value, (list, tuple, np.ndarray)) and not isinstance(value, (str, bytes)):
         items = list(value.tolist() if isinstance(value, np.ndarray) else value)
+        # NumPy scalars (np.int64, np.str_) become plain ints and strings: the result's keys
+        # then print, compare and serialise like the categories the user wrote.
+        items = [item.item() if isinstance(item, np.generic) else item for item in items]
         kinds = {_kind(item) for item in items}
         if None in kinds or len(kinds) > 1:
             raise invalid("query_categories", OWNER, expected, _first_odd(items), InvalidTypeError)

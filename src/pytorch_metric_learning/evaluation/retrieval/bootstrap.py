@@ -150,7 +150,7 @@ def bootstrap_interval(
     matrix = _values_matrix({"values": values}, owner)
     _check_options(level, num_resamples, seed, owner)
     group_ids = _group_ids(groups, len(matrix), owner)
-    chosen = _methods(matrix, method, group_ids is not None, owner)[0]
+    chosen = _methods(matrix, method, group_ids is not None, owner, ["values"])[0]
     if chosen == "clopper_pearson":
         return _binomial_interval(matrix[:, 0], level)
     means = _resampled_means(matrix, group_ids, num_resamples, seed)
@@ -185,7 +185,7 @@ def bootstrap_intervals(
     _check_options(level, num_resamples, seed, owner)
     matrix = _values_matrix(_per_query_values(per_query, owner), owner)
     groups = _class_groups(per_query) if by_class else None
-    chosen = _methods(matrix, method, by_class, owner)
+    chosen = _methods(matrix, method, by_class, owner, list(per_query.values))
     means = _resampled_means(matrix, groups, num_resamples, seed)
     estimates = matrix.mean(dim=0) if len(matrix) else torch.full((matrix.shape[1],), torch.nan)
     return {
@@ -366,8 +366,11 @@ def _interval(estimate: float, means: torch.Tensor, level: float) -> ConfidenceI
     return ConfidenceInterval(estimate, low, high, level)
 
 
-def _methods(matrix: torch.Tensor, method: Any, grouped: bool, owner: str) -> list[str]:
-    """The interval method of each column: ``method``, or what ``"auto"`` chooses."""
+def _methods(
+    matrix: torch.Tensor, method: Any, grouped: bool, owner: str, names: list[str]
+) -> list[str]:
+    """The interval method of each column (named by ``names``): ``method``, or what
+    ``"auto"`` chooses."""
     if not isinstance(method, str) or method not in METHODS:
         raise invalid("method", owner, f"one of {list(METHODS)}", method)
     zero_one = [bool(((column == 0) | (column == 1)).all()) for column in matrix.T]
@@ -378,12 +381,13 @@ def _methods(matrix: torch.Tensor, method: Any, grouped: bool, owner: str) -> li
                 "groups (classes) are resampled: the binomial interval assumes independent "
                 "queries. Use method='percentile' or 'auto'."
             )
-        if not all(zero_one):
-            raise invalid(
-                "method",
-                owner,
-                "'percentile' or 'auto' for values other than 0 and 1",
-                method,
+        other = [name for name, flag in zip(names, zero_one) if not flag]
+        if other:
+            raise InvalidArgumentError(
+                f"The 'method' parameter of {owner} cannot be 'clopper_pearson': it needs "
+                f"values that are all 0 or 1, and {', '.join(repr(name) for name in other)} "
+                f"{'has' if len(other) == 1 else 'have'} others. Use method='auto' (Clopper-"
+                "Pearson for the 0/1 metrics, percentile for the others) or 'percentile'."
             )
     if method != "auto":
         return [method] * matrix.shape[1]
