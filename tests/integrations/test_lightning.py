@@ -55,11 +55,14 @@ if __name__ == "__main__":
     model = Recording()
     by_index = AccuracyCallback(**{OPTIONS!r})
     by_size = BySize(prefix="size_", num_samples={VALIDATION_ROWS}, **{OPTIONS!r})
-    trainer = fit(model, [by_index, by_size], epochs=2)
+    # neither indices nor num_samples: the length comes from the DistributedSampler's dataset
+    derived = BySize(prefix="derived_", **{OPTIONS!r})
+    trainer = fit(model, [by_index, by_size, derived], epochs=2)
     logged = {{name: float(value) for name, value in trainer.callback_metrics.items()}}
     torch.save(
         {{"rows": model.rows, "by_index": by_index.last_accuracies,
-          "by_size": by_size.last_accuracies, "logged": logged}},
+          "by_size": by_size.last_accuracies, "logged": logged,
+          "derived": derived.last_accuracies, "derived_rows": derived.accumulator.num_samples}},
         f"rank{{trainer.global_rank}}.pt",
     )
 """
@@ -100,6 +103,7 @@ def single_process(ranks: list[dict]) -> dict:
 
 @pytest.mark.slow
 def test_ddp_validation_metrics_equal_one_process_on_the_same_embeddings(ranks) -> None:
+    assert [result["derived_rows"] for result in ranks] == [VALIDATION_ROWS] * 2
     received = sum(len(batch["labels"]) for result in ranks for batch in result["rows"])
     assert received == VALIDATION_ROWS + 1  # the sampler repeated one row
     expected = single_process(ranks)
@@ -108,6 +112,7 @@ def test_ddp_validation_metrics_equal_one_process_on_the_same_embeddings(ranks) 
         for name, value in expected.items():
             assert result["by_index"][name] == pytest.approx(value, rel=1e-12, abs=0), name
             assert result["by_size"][name] == pytest.approx(value, rel=1e-12, abs=0), name
+            assert result["derived"][name] == pytest.approx(value, rel=1e-12, abs=0), name
             assert result["logged"][f"val_{name}"] == pytest.approx(value, rel=1e-6), name
             assert result["logged"][f"size_{name}"] == pytest.approx(value, rel=1e-6), name
 
@@ -197,6 +202,21 @@ def test_num_samples_unlike_the_dataset_length_is_refused() -> None:
         InvalidArgumentError, match="'num_samples'.*len\\(dataloader.dataset\\) = 30. Got 31"
     ):
         validate(callback, DataLoader(small_set(), batch_size=7), Projecting())
+
+
+@pytest.mark.parametrize(
+    ("loader_options", "trainer_options"),
+    [({"drop_last": True}, {}), ({}, {"limit_val_batches": 2})],
+)
+def test_num_samples_with_indices_refuses_a_part_of_the_set(
+    loader_options, trainer_options
+) -> None:
+    callback = AccuracyCallback(num_samples=30, include=("precision_at_1",))
+    loader = DataLoader(small_set(), batch_size=7, **loader_options)
+    with pytest.raises(
+        InvalidArgumentError, match="distinct dataset rows, but 'num_samples' is 30"
+    ):
+        validate(callback, loader, Projecting(), **trainer_options)
 
 
 @pytest.mark.parametrize(
