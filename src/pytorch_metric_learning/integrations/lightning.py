@@ -76,8 +76,9 @@ class AccuracyCallback(Callback):
     Per-class results (``return_per_class=True``) are logged one value per class, keyed by
     the class's label: ``f"{prefix}{name}/{label}"`` (``val_precision_at_1/7``; a label
     row's values joined by ``_``), for each label with two rows or more (see
-    :attr:`AccuracyAccumulator.last_class_labels`). One validation dataloader only: a batch from a second one
-    raises ``ValueError`` (its rows and indices would mix with the first set's).
+    :attr:`AccuracyAccumulator.last_class_labels`). One validation dataloader only: a batch
+    from a second one raises ``ValueError`` (its rows and indices would mix with the first
+    set's).
     """
 
     def __init__(
