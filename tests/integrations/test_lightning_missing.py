@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from pytorch_metric_learning.errors import PMLError
 
 MODULE = "pytorch_metric_learning.integrations.lightning"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_importing_the_integration_without_lightning_names_the_extra(monkeypatch) -> None:
@@ -23,6 +25,8 @@ def test_importing_the_integration_without_lightning_names_the_extra(monkeypatch
     assert isinstance(caught.value, PMLError)
     assert caught.value.name == "lightning"
     assert "install" in str(caught.value) and "lightning" in str(caught.value)
+    # this checkout has constraints.txt (torch and lightning pinned): the command uses it
+    assert f"-c {ROOT / 'constraints.txt'}" in str(caught.value)
 
 
 def test_the_library_imports_without_lightning() -> None:

@@ -9,10 +9,13 @@ It needs the ``lightning`` extra.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+
+from .._validation import invalid
 from ..errors import InvalidArgumentError, InvalidTypeError, PMLError
 from ..evaluation.distributed.accumulator import AccuracyAccumulator
 from ..evaluation.retrieval.accuracy_calculator import MetricValue
@@ -32,7 +35,9 @@ try:
 except ModuleNotFoundError as error:
     raise LightningNotInstalledError(
         "pytorch_metric_learning.integrations.lightning needs the 'lightning' extra, and "
-        f"lightning is not installed. Install it with: {extra_install_hint('lightning')}",
+        f"lightning is not installed. Install it with: {extra_install_hint('lightning')} "
+        "(from a source checkout the command carries its constraints.txt, which pins torch "
+        "and lightning to the tested versions; without it pip may replace torch).",
         name="lightning",
     ) from error
 
@@ -52,16 +57,28 @@ class AccuracyCallback(Callback):
     ranks, the same on every rank, so nothing is averaged again), and keeps them in
     :attr:`last_accuracies`.
 
+    At the start of each validation epoch the callback reads ``len(dataloader.dataset)``
+    when the epoch reads that dataset whole, each row once (see :func:`whole_dataset_rows`):
+    it then checks a given ``num_samples`` against it (``ValueError`` naming both when they
+    differ) or, when none was given, uses it as ``num_samples``, so that neither
+    ``indices`` nor ``num_samples`` is needed under DDP with Lightning's
+    ``DistributedSampler``. Otherwise (a loop cut short by ``limit_val_batches``, a
+    ``drop_last`` loader, another sampler) the given ``num_samples`` applies as it is.
+
     Args:
-        prefix: Put before every logged name (``"val_precision_at_1"``).
+        prefix: Put before every logged name (``"val_precision_at_1"``); a ``str``
+            (anything else raises ``TypeError`` naming ``prefix``).
         num_samples: The validation dataset's length; see :class:`AccuracyAccumulator`.
         group: The process group (``None``: the default group).
         timeout: Seconds (or a ``timedelta``) to wait for each collective under DDP.
         **calculator_options: :class:`AccuracyCalculator`'s arguments.
 
-    Per-class results (``return_per_class=True``) are logged one value per class, as
-    ``f"{prefix}{name}/{i}"``. One validation dataloader only: a batch from a second one
-    raises ``ValueError`` (its rows and indices would mix with the first set's).
+    Per-class results (``return_per_class=True``) are logged one value per class, keyed by
+    the class's label: ``f"{prefix}{name}/{label}"`` (``val_precision_at_1/7``; a label
+    row's values joined by ``_``), for each label with two rows or more (see
+    :attr:`AccuracyAccumulator.last_class_labels`). One validation dataloader only: a batch
+    from a second one raises ``ValueError`` (its rows and indices would mix with the first
+    set's).
     """
 
     def __init__(
@@ -74,14 +91,25 @@ class AccuracyCallback(Callback):
         **calculator_options: Any,
     ) -> None:
         super().__init__()
-        self.prefix = str(prefix)
+        if not isinstance(prefix, str):
+            raise invalid("prefix", _OWNER, "a str", type(prefix).__name__, InvalidTypeError)
+        self.prefix = prefix
         self.accumulator = AccuracyAccumulator(
             num_samples=num_samples, group=group, timeout=timeout, **calculator_options
         )
+        self.num_samples = self.accumulator.num_samples
         self.last_accuracies: dict[str, MetricValue] = {}
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.accumulator.reset()
+        rows = whole_dataset_rows(trainer)
+        if rows is not None and self.num_samples is not None and rows != self.num_samples:
+            raise invalid(
+                "num_samples", _OWNER,
+                f"the validation dataset's length, len(dataloader.dataset) = {rows}",
+                self.num_samples,
+            )  # fmt: skip
+        self.accumulator.num_samples = self.num_samples if rows is None else rows
 
     def on_validation_batch_end(
         self,
@@ -113,21 +141,73 @@ class AccuracyCallback(Callback):
             self.accumulator.reset()
             return
         self.last_accuracies = self.accumulator.compute()
+        classes = self.accumulator.last_class_labels
         self.accumulator.reset()
-        pl_module.log_dict(loggable(self.last_accuracies, self.prefix), sync_dist=False)
+        pl_module.log_dict(loggable(self.last_accuracies, self.prefix, classes), sync_dist=False)
 
 
-def loggable(accuracies: Mapping[str, MetricValue], prefix: str) -> dict[str, float]:
-    """Flat ``{prefix + name: float}``; a per-class list gives one entry per class.
+def whole_dataset_rows(trainer: Trainer) -> int | None:
+    """``len(dataloader.dataset)`` when this validation epoch reads that whole dataset, each
+    row once (before a DistributedSampler's padding), else ``None``.
+
+    Whole means: one validation dataloader, not cut short by ``limit_val_batches``, with
+    ``drop_last=False``, whose sampler is a plain ``SequentialSampler``, a ``RandomSampler``
+    without replacement over every row, or a ``DistributedSampler`` over the loader's
+    dataset with ``drop_last=False``. Any other sampler may read a part of the dataset, or
+    rows twice, so its length says nothing about the rows that arrive.
+    """
+    try:
+        loader = trainer.val_dataloaders
+        batches = trainer.num_val_batches
+    except Exception:  # no loader attached yet (a hand-driven loop): nothing to read
+        return None
+    if not isinstance(loader, DataLoader) or len(batches) != 1 or loader.drop_last:
+        return None
+    try:
+        rows, full = len(loader.dataset), len(loader)  # type: ignore[arg-type]
+    except TypeError:  # an iterable dataset has no length
+        return None
+    if batches[0] != full or not _reads_every_row_once(loader.sampler, loader.dataset, rows):
+        return None
+    return rows
+
+
+def _reads_every_row_once(sampler: Any, dataset: Any, rows: int) -> bool:
+    kind = type(sampler)
+    if kind is SequentialSampler:
+        return True
+    if kind is RandomSampler:
+        return not sampler.replacement and sampler.num_samples == rows
+    if kind is DistributedSampler:
+        return sampler.dataset is dataset and not sampler.drop_last
+    return False
+
+
+def loggable(
+    accuracies: Mapping[str, MetricValue], prefix: str, class_labels: Sequence[Any] = ()
+) -> dict[str, float]:
+    """Flat ``{prefix + name: float}``; a per-class list gives one entry per class, keyed
+    by the class's label (``class_labels``, in the list's order; a label row's values are
+    joined with ``_``).
 
     Example:
-        >>> loggable({"precision_at_1": 0.5, "r_precision": [1.0, 0.25]}, "val_")
-        {'val_precision_at_1': 0.5, 'val_r_precision/0': 1.0, 'val_r_precision/1': 0.25}
+        >>> loggable({"precision_at_1": 0.5, "r_precision": [1.0, 0.25]}, "val_", [3, 7])
+        {'val_precision_at_1': 0.5, 'val_r_precision/3': 1.0, 'val_r_precision/7': 0.25}
     """
     flat: dict[str, float] = {}
     for name, value in accuracies.items():
-        if isinstance(value, list):
-            flat.update({f"{prefix}{name}/{i}": float(v) for i, v in enumerate(value)})
-        else:
+        if not isinstance(value, list):
             flat[f"{prefix}{name}"] = float(value)
+            continue
+        if len(value) != len(class_labels):
+            raise InvalidArgumentError(
+                f"{_OWNER} got {len(value)} per-class values of {name!r} for "
+                f"{len(class_labels)} labels with two or more rows; it cannot tell which "
+                "value is which label's (a label_comparison_fn that groups labels?)."
+            )
+        flat.update({f"{prefix}{name}/{_key(c)}": float(v) for c, v in zip(class_labels, value)})
     return flat
+
+
+def _key(label: Any) -> str:
+    return "_".join(map(str, label)) if isinstance(label, list) else str(label)

@@ -102,6 +102,84 @@ def test_num_samples_is_checked_against_the_rows_received() -> None:
         accumulator.compute()
 
 
+@given(
+    data=split_data(),
+    missing=st.lists(st.integers(0, 39), max_size=3),
+    surplus=st.integers(-2, 2),
+    repeats=st.lists(st.integers(0, 39), max_size=3),
+)
+def test_num_samples_with_indices_must_be_the_distinct_indices(
+    data, missing, surplus, repeats
+) -> None:
+    """Both facts given: the distinct indices received (a plain set) must be num_samples;
+    repeats (a sampler's padding) do not change that, missing rows or a wrong count do."""
+    embeddings, labels, bounds = data
+    rows = [i for i in range(len(labels)) if i not in set(missing)]
+    rows += [i for i in repeats if i < len(labels)]
+    if not rows:
+        return
+    order = torch.tensor(rows, dtype=torch.long)
+    num_samples = len(labels) + surplus
+    if num_samples < 1:
+        return
+    accumulator = AccuracyAccumulator(num_samples=num_samples, include=("precision_at_1",))
+    for start in range(0, len(order), 5):
+        part = order[start : start + 5]
+        accumulator.update(embeddings[part], labels[part], part)
+    distinct = len(set(rows))
+    if distinct == num_samples:
+        kept = torch.tensor(sorted(set(rows), key=rows.index))
+        expected = AccuracyCalculator(include=("precision_at_1",)).get_accuracy(
+            embeddings[kept], labels[kept]
+        )
+        assert_same(accumulator.compute(), expected)
+    else:
+        message = f"name {distinct} distinct dataset rows, but 'num_samples' is {num_samples}"
+        with pytest.raises(InvalidArgumentError, match=message):
+            accumulator.compute()
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        (torch.zeros(3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long)),
+        (torch.zeros(3, 2, dtype=torch.long), torch.zeros(3, dtype=torch.long)),
+        (torch.zeros(3, 2, dtype=torch.long), torch.zeros(3, 3, dtype=torch.long)),
+        (torch.zeros(3, 2, 1, dtype=torch.long), torch.zeros(3, 2, 2, dtype=torch.long)),
+        (torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.int32)),
+    ],
+)
+def test_labels_unlike_the_first_batch_are_refused_at_update(first, then) -> None:
+    accumulator = AccuracyAccumulator()
+    accumulator.update(torch.zeros(3, 2), first)
+    with pytest.raises(InvalidArgumentError, match="'labels'.*as the earlier batches"):
+        accumulator.update(torch.zeros(3, 2), then)
+    accumulator.reset()  # a new epoch may use other labels
+    accumulator.update(torch.zeros(3, 2), then)
+
+
+def test_update_keeps_references_not_copies() -> None:
+    """As documented: update detaches, it does not copy."""
+    embeddings, labels = dataset(0, 10, 2, 3)
+    accumulator = AccuracyAccumulator(include=("precision_at_1",))
+    accumulator.update(embeddings, labels)
+    embeddings.zero_()
+    assert (
+        accumulator.compute()["precision_at_1"]
+        == AccuracyCalculator(include=("precision_at_1",)).get_accuracy(torch.zeros(10, 2), labels)[
+            "precision_at_1"
+        ]
+    )
+
+
+def test_the_per_class_labels_are_those_with_two_rows_or_more() -> None:
+    labels = torch.tensor([5, 5, 2, 9, 9, 9, 7])
+    accumulator = AccuracyAccumulator(include=("precision_at_1",), return_per_class=True)
+    accumulator.update(torch.randn(7, 2), labels)
+    values = accumulator.compute()["precision_at_1"]
+    assert accumulator.last_class_labels == [5, 9] and len(values) == 2
+
+
 def test_bad_options_are_refused_at_construction() -> None:
     with pytest.raises(InvalidArgumentError, match="num_samples"):
         AccuracyAccumulator(num_samples=0)
@@ -125,6 +203,12 @@ CASES: list[dict[str, Any]] = [
     {"name": "neither", "rows": 23, "shuffle": True, "indices": False, "options": {}},
     {"name": "cut_short", "rows": 23, "shuffle": True, "indices": False, "batches": 2,
      "options": {"num_samples": 23}},
+    {"name": "both_cut_short", "rows": 23, "shuffle": True, "indices": True, "batches": 2,
+     "options": {"num_samples": 23}},
+    {"name": "both_whole", "rows": 23, "shuffle": True, "indices": True,
+     "options": {"num_samples": 23}},
+    {"name": "rank0_only_label_rows", "rows": 13, "shuffle": False, "indices": True,
+     "rank0_only": True, "label_columns": 2, "options": {"exclude": ("NMI", "AMI")}},
 ]  # fmt: skip
 
 
@@ -132,6 +216,8 @@ def ddp_cases() -> list[dict[str, Any]]:
     cases = []
     for seed, case in enumerate(CASES):
         embeddings, labels = dataset(seed, case["rows"], 3, 4)
+        if case.get("label_columns"):  # a label row per embedding row
+            labels = torch.stack([labels, labels % 2], dim=1)
         cases.append({**case, "seed": seed, "batch_size": 4, "embeddings": embeddings,
                       "labels": labels})  # fmt: skip
     return cases
@@ -166,7 +252,8 @@ def ddp_results(tmp_path_factory) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["indices_shuffled", "num_samples_shuffled",
-                                  "num_samples_in_order", "even_rows", "rank0_only"])  # fmt: skip
+                                  "num_samples_in_order", "even_rows", "rank0_only",
+                                  "both_whole", "rank0_only_label_rows"])  # fmt: skip
 def test_every_rank_gets_the_metrics_of_each_row_once(ddp_results, one_rank_group, name) -> None:
     cases, results = ddp_results
     case = next(case for case in cases if case["name"] == name)
@@ -184,6 +271,7 @@ def test_every_rank_gets_the_metrics_of_each_row_once(ddp_results, one_rank_grou
 @pytest.mark.parametrize(("name", "message"), [
     ("neither", "needs 'indices' in update\\(\\) or 'num_samples'"),
     ("cut_short", "neither num_samples=23 nor a DistributedSampler's padded 12 per rank"),
+    ("both_cut_short", "name 16 distinct dataset rows, but 'num_samples' is 23"),
 ])  # fmt: skip
 def test_rows_that_cannot_be_told_apart_fail_on_every_rank(ddp_results, name, message) -> None:
     _, results = ddp_results

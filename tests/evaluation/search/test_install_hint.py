@@ -60,6 +60,9 @@ def test_a_source_checkout_names_its_plugin_folder(
     assert plugin_install_hint("faiss") == f"{PIP} install -e '{checkout}/plugins/faiss'"
     (checkout / "pyproject.toml").write_text("[project]\n")
     assert extra_install_hint("plots") == f"{PIP} install -e '{checkout}[plots]'"
+    (checkout / "constraints.txt").write_text("torch==2.13.0\n")
+    pinned = f"-c '{checkout}/constraints.txt'"
+    assert extra_install_hint("lightning") == f"{PIP} install {pinned} -e '{checkout}[lightning]'"
 
 
 @pytest.mark.parametrize(

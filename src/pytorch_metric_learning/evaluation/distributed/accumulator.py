@@ -13,6 +13,7 @@ it into Lightning.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -23,7 +24,9 @@ from ..._validation import check_matrix, check_positive_int, check_tensor, inval
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..retrieval.accuracy_calculator import AccuracyCalculator, MetricValue
 from ._collectives import agree, all_gather_rows, resolve_comm, resolve_timeout
+from ._labels import _unique, global_label_counts
 from .accuracy import DistributedAccuracyCalculator
+from .knn import _LABEL_DTYPES
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +61,24 @@ class AccuracyAccumulator:
       ``len(range(rank, num_samples, world_size))`` rows. A sampler that does not pad (the
       ranks' rows add up to ``num_samples``) keeps every row. Any other total (a loader cut
       short by ``limit_val_batches``, ``drop_last=True``) raises ``ValueError`` on every rank.
+      What it cannot see: a ``num_samples`` too large by less than the world size (say 24
+      for a set of 23 on 2 ranks) matches the padded counts too, and the padding row is
+      then counted as a row of its own. Pass ``indices`` (or let
+      :class:`~pytorch_metric_learning.integrations.lightning.AccuracyCallback` read the
+      length from the validation dataloader's dataset) to rule that out.
+
+    With **both** given, the number of distinct ``indices`` received (on all ranks) must
+    equal ``num_samples``, or :meth:`compute` raises ``ValueError`` naming both: a loader
+    cut short or a ``drop_last`` sampler is then refused rather than evaluated on part of
+    the set. Give ``indices`` alone to evaluate whatever rows arrive.
+
+    Every batch since the last :meth:`reset` must have embeddings of the same width and
+    labels of the same trailing shape and dtype (and, under DDP, the same on every rank
+    that received rows); :meth:`update` refuses a batch that differs, naming it.
 
     Args:
         num_samples: The validation dataset's length (see above). In one process it is
-            checked against the rows received.
+            checked against the rows received, or the distinct ``indices``.
         group: The process group (``None``: the default group).
         timeout: Seconds (or a ``timedelta``) to wait for each collective under DDP.
         **calculator_options: :class:`AccuracyCalculator`'s arguments (``include``,
@@ -98,6 +115,7 @@ class AccuracyAccumulator:
         self._embeddings: list[torch.Tensor] = []
         self._labels: list[torch.Tensor] = []
         self._indices: list[torch.Tensor] = []
+        self.last_class_labels: list[Any] = []
 
     @property
     def num_rows(self) -> int:
@@ -110,7 +128,15 @@ class AccuracyAccumulator:
         """Keep one batch: ``(batch, dims)`` float embeddings, one label (or label row) per
         row, and optionally each row's integer index in the dataset.
 
-        The tensors are detached and kept on their device; nothing is copied to the CPU.
+        The tensors are detached and kept on their device; nothing is copied to the CPU,
+        and nothing is copied at all: the accumulator keeps references, so a tensor changed
+        in place after ``update`` (a reused buffer) changes what :meth:`compute` sees. Pass
+        ``embeddings.clone()`` if you reuse the buffer.
+
+        Raises:
+            ValueError: a batch unlike the earlier ones since :meth:`reset` (the embeddings'
+                width or device, the labels' trailing shape or dtype), or ``indices`` in
+                some batches only.
         """
         check_matrix(embeddings, "embeddings", f"{_OWNER}.update")
         check_tensor(labels, "labels", f"{_OWNER}.update")
@@ -120,6 +146,7 @@ class AccuracyAccumulator:
             _check_indices(indices, len(embeddings))
         if self._embeddings:
             _check_like_before(embeddings, self._embeddings[0])
+            _check_labels_like_before(labels, self._labels[0])
         if self._embeddings and (indices is None) != (not self._indices):
             raise InvalidArgumentError(
                 f"The 'indices' parameter of {_OWNER}.update must be given in every batch or "
@@ -138,12 +165,17 @@ class AccuracyAccumulator:
     def compute(self) -> dict[str, MetricValue]:
         """The metrics of every row received (on every rank, under DDP), padding removed.
 
+        Also sets :attr:`last_class_labels`: the labels (a list per label row) that a
+        per-class result (``return_per_class=True``) lists values for, in its order: the
+        distinct labels with two rows or more (a label seen once has no relevant neighbour).
+
         Under DDP every rank of the group must call it. Returns the same dict on every rank.
 
         Raises:
             ValueError: no row was received (on any rank), or under DDP neither ``indices``
                 nor ``num_samples`` tells the padding apart, or the rows received do not
-                add up to ``num_samples``.
+                add up to ``num_samples``, or the distinct ``indices`` are not
+                ``num_samples``.
         """
         import torch.distributed as dist
 
@@ -155,7 +187,9 @@ class AccuracyAccumulator:
             raise InvalidArgumentError(
                 f"{_OWNER}.compute found no rows: call update() with the validation batches first."
             )
-        return self.calculator.get_accuracy(embeddings[keep], labels[keep.to(labels.device)])
+        labels = labels[keep.to(labels.device)]
+        self.last_class_labels = _class_labels(*_unique(labels)[::2])
+        return self.calculator.get_accuracy(embeddings[keep], labels)
 
     # ----- under DDP -----
 
@@ -165,7 +199,9 @@ class AccuracyAccumulator:
         stage = f"counting the rows of {_OWNER}"
         # whether this rank's batches came with indices: 0 no, 1 yes, 2 no batch at all
         with_indices = 2 if not self._embeddings else int(indices is not None)
-        table = agree(comm, None, stage, [len(embeddings), with_indices, embeddings.shape[1]])
+        facts = [len(embeddings), with_indices, embeddings.shape[1], *_label_facts(labels)]
+        table = agree(comm, None, stage, facts)
+        _check_labels_everywhere(table[table[:, 0] > 0])
         counts = table[:, 0].tolist()
         given = {int(flag) for flag in table[:, 1] if flag != 2}
         if len(given) > 1:
@@ -175,6 +211,7 @@ class AccuracyAccumulator:
             )
         if not self._embeddings:  # a rank without rows still takes part, with 0 rows
             embeddings = embeddings.new_zeros((0, int(table[:, 2].max())))
+            labels = _no_labels(table[table[:, 0] > 0][0], labels.device)
             indices = torch.zeros(0, dtype=torch.long) if given == {1} else None
         if indices is not None:
             indices = all_gather_rows(comm, indices, counts, "gathering the dataset indices")
@@ -184,10 +221,10 @@ class AccuracyAccumulator:
                 f"{_OWNER}.compute found no rows on any of the {comm.world_size} ranks: call "
                 "update() with the validation batches first."
             )
-        calculator = self._distributed()
-        return calculator.get_accuracy(
-            embeddings[keep.to(embeddings.device)], labels[keep.to(labels.device)]
-        )
+        labels = labels[keep.to(labels.device)]
+        unique, label_counts = global_label_counts(comm, labels, "counting the labels")
+        self.last_class_labels = _class_labels(unique, label_counts)
+        return self._distributed().get_accuracy(embeddings[keep.to(embeddings.device)], labels)
 
     def _distributed(self) -> DistributedAccuracyCalculator:
         if self._distributed_calculator is None:
@@ -213,6 +250,7 @@ class AccuracyAccumulator:
         start = sum(counts[:rank])
         if gathered_indices is not None:
             first = first_occurrences(gathered_indices.cpu())
+            self._check_distinct(int(first.sum()))
             return first[start : start + counts[rank]]
         if self.num_samples is None:
             if len(counts) > 1:
@@ -226,6 +264,17 @@ class AccuracyAccumulator:
         mask = torch.zeros(counts[rank], dtype=torch.bool)
         mask[: kept[rank]] = True
         return mask
+
+    def _check_distinct(self, distinct: int) -> None:
+        """With both facts given, the distinct indices received are the whole dataset."""
+        if self.num_samples is not None and distinct != self.num_samples:
+            raise InvalidArgumentError(
+                f"The 'indices' given to {_OWNER}.update name {distinct} distinct dataset "
+                f"rows, but 'num_samples' is {self.num_samples}: with both given, every row "
+                "of the dataset must arrive, on some rank, at least once. "
+                "Evaluate the whole validation set (no limit_val_batches, drop_last=False), "
+                "or leave out num_samples to evaluate the rows that arrive."
+            )
 
 
 def first_occurrences(indices: torch.Tensor) -> torch.Tensor:
@@ -280,6 +329,49 @@ def _check_like_before(embeddings: torch.Tensor, first: torch.Tensor) -> None:
             f"{first.shape[1]} columns on {first.device}, as the earlier batches since reset()",
             f"{embeddings.shape[1]} columns on {embeddings.device}",
         )  # fmt: skip
+
+
+def _check_labels_like_before(labels: torch.Tensor, first: torch.Tensor) -> None:
+    """Every batch since the last reset has labels of the trailing shape and dtype of the
+    first: concatenating them would fail deep inside torch, or mix label kinds."""
+    if labels.shape[1:] != first.shape[1:] or labels.dtype != first.dtype:
+        raise invalid(
+            "labels", f"{_OWNER}.update",
+            f"labels of shape (batch{''.join(f', {size}' for size in first.shape[1:])}) and dtype "
+            f"{first.dtype}, as the earlier batches since reset()",
+            f"shape {tuple(labels.shape)} and dtype {labels.dtype}",
+        )  # fmt: skip
+
+
+def _label_facts(labels: torch.Tensor) -> list[int]:
+    """``[label ndim, label row size, dtype code]``: what every rank's labels must share."""
+    code = _LABEL_DTYPES.index(labels.dtype) if labels.dtype in _LABEL_DTYPES else -1
+    return [labels.ndim, math.prod(labels.shape[1:]), code]
+
+
+def _check_labels_everywhere(table: torch.Tensor) -> None:
+    """The ranks that received rows all have labels of one trailing shape and dtype."""
+    facts = [tuple(row) for row in table[:, 3:].tolist()]
+    if len(set(facts)) > 1:
+        raise InvalidArgumentError(
+            f"The 'labels' given to {_OWNER}.update must have the same trailing shape and "
+            f"dtype on every rank. Got (ndim, row size, dtype code) {facts} on the ranks "
+            "that received rows."
+        )
+
+
+def _no_labels(facts: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Zero rows of labels shaped like the other ranks' (for a rank that received none)."""
+    ndim, size, code = (int(value) for value in facts[3:6])
+    dtype = _LABEL_DTYPES[code] if code >= 0 else torch.long
+    trailing = (size,) + (1,) * (ndim - 2) if ndim > 1 else ()
+    return torch.zeros((0, *trailing), dtype=dtype, device=device)
+
+
+def _class_labels(unique: torch.Tensor, counts: torch.Tensor) -> list[Any]:
+    """The labels of a self-search's per-class results, in order: those with two or more
+    rows (a label seen once has no relevant neighbour, so no per-class value)."""
+    return unique[counts >= 2].tolist()
 
 
 def _check_rows(labels: torch.Tensor, param: str, rows: int) -> None:

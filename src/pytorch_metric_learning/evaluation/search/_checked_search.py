@@ -28,7 +28,7 @@ from .knn import CustomKNN
 from .knn_output import _describe_backend, _provenance, check_knn_output
 from .registry import configured_distance
 
-__all__ = ["ApproximateSearchWarning", "search_knn", "input_fingerprint"]
+__all__ = ["ApproximateSearchWarning", "search_knn", "input_fingerprint", "version_counter"]
 
 
 class ApproximateSearchWarning(UserWarning):
@@ -42,6 +42,8 @@ def input_fingerprint(*tensors: torch.Tensor | None) -> list[Any]:
     The version counter sees torch's in-place operations; the row sums (O(size), in the
     tensor's dtype, in blocks of rows) see writes through a shared NumPy view too, values
     moved within a row, and a reordering of the rows. One tensor passed twice (a self-search) is summed once.
+    An inference tensor (made under ``torch.inference_mode()``, as Lightning's validation
+    loop makes them) has no version counter: its row sums alone stand for it.
     """
     prints: list[Any] = []
     seen: list[torch.Tensor] = []
@@ -50,8 +52,21 @@ def input_fingerprint(*tensors: torch.Tensor | None) -> list[Any]:
             continue
         seen.append(tensor)
         sums = _row_sums(tensor.detach()) if tensor.ndim == 2 else None
-        prints.append((tensor._version, tensor.data_ptr(), tuple(tensor.shape), sums))
+        prints.append((version_counter(tensor), tensor.data_ptr(), tuple(tensor.shape), sums))
     return prints
+
+
+def version_counter(tensor: torch.Tensor) -> int | None:
+    """``tensor._version``, or ``None`` for an inference tensor, which has none (reading it
+    raises ``RuntimeError: Inference tensors do not track version counter``).
+
+    Example:
+        >>> with torch.inference_mode():
+        ...     made_in_inference_mode = torch.zeros(2)
+        >>> version_counter(torch.zeros(2)), version_counter(made_in_inference_mode)
+        (0, None)
+    """
+    return None if tensor.is_inference() else tensor._version
 
 
 def _row_sums(matrix: torch.Tensor) -> torch.Tensor:

@@ -72,7 +72,9 @@ def extra_install_hint(extra: str) -> str:
     """The command that adds the core's optional extra ``extra`` (``"plots"``, ``"demo"``).
 
     From a source checkout, the checkout itself with the extra (``<python> -m pip install -e
-    'CHECKOUT[plots]'``); otherwise the extra's own requirements as the installed metadata
+    'CHECKOUT[plots]'``), constrained by the checkout's ``constraints.txt`` when it has one
+    (``-c CHECKOUT/constraints.txt``: the pins that keep torch at the tested version instead
+    of letting the extra's requirements pull another, e.g. a CUDA build); otherwise the extra's own requirements as the installed metadata
     lists them (``<python> -m pip install 'matplotlib>=3.5'``), since the name on the
     package index is 2.x's.
 
@@ -83,7 +85,9 @@ def extra_install_hint(extra: str) -> str:
     """
     checkout = source_checkout()
     if checkout is not None and (checkout / "pyproject.toml").is_file():
-        return f"{pip_command()} install -e {shlex.quote(f'{checkout}[{extra}]')}"
+        constraints = checkout / "constraints.txt"
+        pinned = f"-c {shlex.quote(str(constraints))} " if constraints.is_file() else ""
+        return f"{pip_command()} install {pinned}-e {shlex.quote(f'{checkout}[{extra}]')}"
     requirements = extra_requirements(extra)
     if requirements:
         return f"{pip_command()} install {' '.join(map(shlex.quote, requirements))}"
