@@ -152,3 +152,53 @@ def test_cmc_curve_error_says_what_bounds_the_ranks_and_how_to_get_more() -> Non
     found = advised.get_accuracy(points, labels, return_per_query=True)
     curve = cmc_curve(found["per_query"], 3).tolist()
     assert curve == pytest.approx([found[f"recall_at_{r}"] for r in (1, 2, 3)])
+
+
+def _pairs_accuracy(pairs):
+    calculator = AccuracyCalculator(include=METRICS, k=None)
+    return calculator.get_accuracy(
+        QUERY,
+        torch.tensor(QUERY_LABELS),
+        REFERENCE,
+        torch.tensor(REFERENCE_LABELS),
+        excluded_pairs=pairs,
+    )
+
+
+@pytest.mark.parametrize(
+    "container",
+    [torch.tensor, np.array, lambda v: np.array(v, dtype=np.int32), list, tuple],
+    ids=["tensor", "numpy", "numpy-int32", "list", "tuple"],
+)
+def test_excluded_pairs_in_any_container_give_the_same_result(container) -> None:
+    pairs = [[0, 0], [1, 2]]
+    expected = _pairs_accuracy(torch.tensor(pairs))
+    assert _pairs_accuracy(container(pairs)) == pytest.approx(expected)
+    assert expected != pytest.approx(_pairs_accuracy(None))
+
+
+@pytest.mark.parametrize(
+    "empty", [[], (), np.zeros((0, 2), dtype=np.int64), torch.zeros(0, 2, dtype=torch.long)]
+)
+def test_no_excluded_pairs_equals_none(empty) -> None:
+    assert _pairs_accuracy(empty) == pytest.approx(_pairs_accuracy(None))
+
+
+@pytest.mark.parametrize(
+    ("pairs", "error", "message"),
+    [
+        (torch.ones(2, 2, dtype=torch.bool), TypeError, "'excluded_pairs'.*bool"),
+        (np.ones((2, 2), dtype=bool), TypeError, "'excluded_pairs'.*bool"),
+        (torch.tensor([[0, 6]]), InvalidArgumentError, "'excluded_pairs'.*reference row"),
+        (torch.tensor([[3, 0]]), InvalidArgumentError, "'excluded_pairs'.*query row"),
+        (torch.tensor([[-1, 0]]), InvalidArgumentError, "'excluded_pairs'.*query row"),
+        (torch.tensor([[0.0, 1.0]]), InvalidArgumentError, "'excluded_pairs'.*\\(m, 2\\)"),
+        (torch.tensor([0, 1]), InvalidArgumentError, "'excluded_pairs'.*\\(m, 2\\)"),
+        ("01", TypeError, "'excluded_pairs'"),
+        ([["a", "b"]], TypeError, "'excluded_pairs'"),
+    ],
+)
+def test_bad_excluded_pairs_are_named_as_get_accuracy_names_them(pairs, error, message) -> None:
+    with pytest.raises(error, match=message) as caught:
+        _pairs_accuracy(pairs)
+    assert "'pairs' parameter" not in str(caught.value)
