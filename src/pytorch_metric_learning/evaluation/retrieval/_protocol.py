@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Sequence
-from numbers import Integral, Real
 from dataclasses import dataclass, replace
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..._validation import invalid
+from ..._warnings import warn_external
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..search.exclusion import Exclusion, key_pairs
 from ._label_stats import LabelStats
@@ -111,9 +111,7 @@ def check_groups(values: Any, param: str, length: int, device: torch.device) -> 
     expected = f"a 1-D integer tensor with one group id per row ({length})"
     values = group_ids(values, param, CALLER, expected)
     if values.shape != (length,):
-        raise invalid(
-            param, CALLER, expected, f"{values.dtype} of shape {tuple(values.shape)}"
-        )
+        raise invalid(param, CALLER, expected, f"{values.dtype} of shape {tuple(values.shape)}")
     return values.to(device)
 
 
@@ -127,11 +125,12 @@ def group_ids(values: Any, param: str, caller: str, expected: str) -> torch.Tens
         try:
             values = torch.as_tensor(values)
         except (TypeError, ValueError, RuntimeError):
-            raise invalid(
-                param, caller, expected, _kind_of(values), InvalidTypeError
-            ) from None
-    if values.ndim != 1 or values.is_floating_point() or values.is_complex() or (
-        values.dtype == torch.bool
+            raise invalid(param, caller, expected, _kind_of(values), InvalidTypeError) from None
+    if (
+        values.ndim != 1
+        or values.is_floating_point()
+        or values.is_complex()
+        or (values.dtype == torch.bool)
     ):
         raise invalid(param, caller, expected, f"{values.dtype} of shape {tuple(values.shape)}")
     return values.long()
@@ -146,9 +145,7 @@ def _kind_of(values: Any) -> str:
     return f"{type(values).__name__} of {type(first).__name__}"
 
 
-def check_pairs(
-    pairs: Any, sizes: tuple[int, int], device: torch.device
-) -> torch.Tensor | None:
+def check_pairs(pairs: Any, sizes: tuple[int, int], device: torch.device) -> torch.Tensor | None:
     """``excluded_pairs`` as an ``(m, 2)`` long tensor of in-range (query, reference) rows.
 
     A tensor, a numpy array or a (possibly empty) list of pairs is accepted; bools are
@@ -164,7 +161,9 @@ def check_pairs(
         )
     if not isinstance(pairs, torch.Tensor):
         if not isinstance(pairs, (np.ndarray, Sequence)) or isinstance(pairs, (str, bytes)):
-            raise invalid("excluded_pairs", CALLER, expected, type(pairs).__name__, InvalidTypeError)
+            raise invalid(
+                "excluded_pairs", CALLER, expected, type(pairs).__name__, InvalidTypeError
+            )
         try:
             pairs = torch.as_tensor(pairs) if len(pairs) else torch.zeros(0, 2, dtype=torch.long)
         except (TypeError, ValueError, RuntimeError):
@@ -230,15 +229,13 @@ def build_protocol(
 def _warn_if_no_shared_group(query_groups: torch.Tensor, reference_groups: torch.Tensor) -> None:
     """Groups that never meet exclude nothing: most likely ids numbered apart (camera
     ``1`` in one file, ``"c1"`` in the other), so say so rather than stay silent."""
-    if len(query_groups) and len(reference_groups):
-        if not bool(torch.isin(query_groups, reference_groups).any()):
-            warnings.warn(
-                "No query group occurs among the reference groups ('query_groups' and "
-                "'reference_groups' of AccuracyCalculator.get_accuracy), so the same-group "
-                "rule excludes nothing; check that both number the groups alike.",
-                UserWarning,
-                stacklevel=4,
-            )
+    meet = torch.isin(query_groups, reference_groups).any()
+    if len(query_groups) and len(reference_groups) and not bool(meet):
+        warn_external(
+            "No query group occurs among the reference groups ('query_groups' and "
+            "'reference_groups' of AccuracyCalculator.get_accuracy), so the same-group "
+            "rule excludes nothing; check that both number the groups alike."
+        )
 
 
 def protocol_stats(stats: LabelStats, protocol: Protocol) -> LabelStats:
@@ -297,7 +294,9 @@ def label_tuple(values: Any, param: str) -> tuple[int | float, ...]:
         return ()
     if isinstance(values, (torch.Tensor, np.ndarray)):
         if values.dtype in (torch.bool, np.bool_) or values.ndim > 1:
-            raise invalid(param, CALLER, "a 1-D sequence of numeric labels", values, InvalidTypeError)
+            raise invalid(
+                param, CALLER, "a 1-D sequence of numeric labels", values, InvalidTypeError
+            )
         listed = values.tolist()
         items = listed if isinstance(listed, list) else [listed]
     elif isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
