@@ -40,7 +40,14 @@ from ._output import format_table, write_results
 from ._paths import check_outputs
 from ._specs import describe_spec
 from ._versions import environment_versions
-from .loaders import check_one_stdin, encode_labels, load_embeddings, read_labels
+from .loaders import (
+    InputFileError,
+    check_one_stdin,
+    encode_labels,
+    load_array,
+    load_embeddings,
+    read_labels,
+)
 from .parsers._common import check_ci_options
 from .parsers.evaluate import check_reference_options, input_files, output_files
 
@@ -103,11 +110,39 @@ def _load_groups(
     query_file = getattr(args, "query_groups", None)
     if query_file is None:
         return None, None
-    raw = [read_labels(query_file, num_rows=num_query)]
+    raw = [_read_groups(query_file, "--query-groups", num_query)]
     if reference is not None:
-        raw.append(read_labels(args.reference_groups, num_rows=len(reference)))
+        raw.append(_read_groups(args.reference_groups, "--reference-groups", len(reference)))
+        _check_group_kinds(raw[0], raw[1])
     groups, _ = encode_labels(*raw)
     return groups[0], groups[1] if reference is not None else None
+
+
+def _read_groups(source: str, option: str, num_rows: int) -> np.ndarray:
+    """One group file: integer ids or names, never bools (as ``get_accuracy`` refuses them);
+    its errors name the option, not "labels"."""
+    try:
+        if load_array(source, "labels").dtype.kind == "b":
+            raise InputFileError(
+                f"The group ids ({option}) in '{source}' must be integers or names. "
+                "Got values of type bool instead."
+            )
+        return read_labels(source, num_rows=num_rows)
+    except InputFileError as error:
+        message = str(error).replace("The labels in", f"The group ids ({option}) in", 1)
+        raise InputFileError(message.replace("a float label", "a float group id")) from None
+
+
+def _check_group_kinds(query: np.ndarray, reference: np.ndarray) -> None:
+    """Integer ids in one group file and names in the other would never match (``1`` is
+    not ``"cam1"``), silently switching the camera rule off: refuse the mix."""
+    kinds = ["names" if array.dtype.kind in "US" else "integers" for array in (query, reference)]
+    if kinds[0] != kinds[1]:
+        raise InvalidArgumentError(
+            f"The --query-groups and --reference-groups files must both hold integers or both "
+            f"hold names. Got {kinds[0]} in --query-groups and {kinds[1]} in "
+            "--reference-groups instead."
+        )
 
 
 def _check_widths(query: torch.Tensor, reference: torch.Tensor, args: argparse.Namespace) -> None:

@@ -18,6 +18,7 @@ from .._validation import check_positive_int, float_if_integer, invalid
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..evaluation import AccuracyCalculator
 from ..evaluation.distributed import DistributedAccuracyCalculator
+from ..evaluation.retrieval._protocol import group_ids
 from ..utils._training_helpers import return_input
 from . import _options as opts
 from ._batches import batch_labels, unpack_batch
@@ -729,13 +730,7 @@ def _check_split_groups(
         raise invalid("split_groups", owner, "None with distributed=True", "group ids")
     checked = {}
     for name, groups in split_groups.items():
-        tensor = torch.as_tensor(groups)
-        if tensor.ndim != 1 or tensor.is_floating_point() or tensor.dtype == torch.bool:
-            raise invalid(
-                "split_groups",
-                owner,
-                f"1-D integer group ids for split {name!r}",
-                f"{tensor.dtype} of shape {tuple(tensor.shape)}",
-            )
-        checked[str(name)] = tensor.long()
+        checked[str(name)] = group_ids(
+            groups, "split_groups", owner, f"1-D integer group ids for split {name!r}"
+        )
     return checked

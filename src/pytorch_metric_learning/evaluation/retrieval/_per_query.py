@@ -55,8 +55,10 @@ def cmc_curve(per_query: PerQueryValues, max_rank: int) -> torch.Tensor:
     (those with a relevant reference) whose first relevant neighbour has rank ``r`` or less,
     i.e. ``recall_at_<r>``, for ``r = 1 .. max_rank``; float64.
 
-    ``max_rank`` may not exceed the neighbours retrieved (``k``; every reference with
-    ``k=None``), unless every query already found a relevant one.
+    ``max_rank`` may not exceed the neighbours retrieved, unless every query already found a
+    relevant one. The metrics requested decide how many are retrieved: ``recall_at_<K>``
+    keeps K, ``mean_average_precision`` with ``k=None`` every reference; so include
+    ``recall_at_<max_rank>`` for a curve up to ``max_rank``.
 
     Example:
         >>> import torch
@@ -79,8 +81,10 @@ def cmc_curve(per_query: PerQueryValues, max_rank: int) -> torch.Tensor:
     if max_rank > per_query.num_retrieved and not bool(found.all()):
         raise InvalidArgumentError(
             f"The 'max_rank' parameter of cmc_curve must be at most the {per_query.num_retrieved} "
-            f"neighbours retrieved per query. Got {max_rank} instead; search with k >= "
-            f"{max_rank} (or k=None)."
+            f"neighbours retrieved per query. Got {max_rank} instead. The metrics requested "
+            "decide how many neighbours are kept (recall_at_<K> keeps K); for a curve up to "
+            f"rank {max_rank}, include recall_at_{max_rank} (or mean_average_precision with "
+            "k=None, which ranks every reference)."
         )
     if len(ranks) == 0:
         return torch.full((max_rank,), float("nan"), dtype=torch.float64)

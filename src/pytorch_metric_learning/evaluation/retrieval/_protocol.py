@@ -16,18 +16,31 @@ distractor), which the metrics use in place of the label counts.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from numbers import Integral, Real
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..._validation import invalid
+from ..._warnings import warn_external
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ..search.exclusion import Exclusion, key_pairs
 from ._label_stats import LabelStats
 
-__all__ = ["ProtocolOptions", "Roles", "Protocol", "build_protocol", "split_roles"]
+__all__ = [
+    "ProtocolOptions",
+    "Roles",
+    "Protocol",
+    "build_protocol",
+    "check_groups",
+    "check_pairs",
+    "group_ids",
+    "split_roles",
+]
 
 logger = logging.getLogger(__name__)
 CALLER = "AccuracyCalculator.get_accuracy"
@@ -95,25 +108,85 @@ def split_roles(is_query: Any, is_reference: Any, length: int) -> Roles:
 
 def check_groups(values: Any, param: str, length: int, device: torch.device) -> torch.Tensor:
     """One integer group id per row (a camera id), as a long tensor on ``device``."""
+    expected = f"a 1-D integer tensor with one group id per row ({length})"
+    values = group_ids(values, param, CALLER, expected)
+    if values.shape != (length,):
+        raise invalid(param, CALLER, expected, f"{values.dtype} of shape {tuple(values.shape)}")
+    return values.to(device)
+
+
+def group_ids(values: Any, param: str, caller: str, expected: str) -> torch.Tensor:
+    """``values`` as a 1-D long tensor of integer group ids, or a named error.
+
+    The one check of group ids for ``get_accuracy`` and the testers' ``split_groups``:
+    strings (e.g. camera names), floats, bools and nested values are refused by name.
+    """
     if not isinstance(values, torch.Tensor):
         try:
             values = torch.as_tensor(values)
         except (TypeError, ValueError, RuntimeError):
-            raise invalid(
-                param,
-                CALLER,
-                "a 1-D tensor of integer group ids",
-                type(values).__name__,
-                InvalidTypeError,
-            ) from None
-    if values.shape != (length,) or values.is_floating_point() or values.dtype == torch.bool:
+            raise invalid(param, caller, expected, _kind_of(values), InvalidTypeError) from None
+    if (
+        values.ndim != 1
+        or values.is_floating_point()
+        or values.is_complex()
+        or (values.dtype == torch.bool)
+    ):
+        raise invalid(param, caller, expected, f"{values.dtype} of shape {tuple(values.shape)}")
+    return values.long()
+
+
+def _kind_of(values: Any) -> str:
+    """A short description of what was given: the type, and the first item's type."""
+    try:
+        first = next(iter(values))
+    except (TypeError, StopIteration):
+        return type(values).__name__
+    return f"{type(values).__name__} of {type(first).__name__}"
+
+
+def check_pairs(pairs: Any, sizes: tuple[int, int], device: torch.device) -> torch.Tensor | None:
+    """``excluded_pairs`` as an ``(m, 2)`` long tensor of in-range (query, reference) rows.
+
+    A tensor, a numpy array or a (possibly empty) list of pairs is accepted; bools are
+    refused (a mask is not a list of pairs), as are floats and out-of-range indices, all
+    by the name ``excluded_pairs``. ``sizes`` is ``(num_query, num_reference)``.
+    """
+    if pairs is None:
+        return None
+    expected = "an (m, 2) integer tensor of (query row, reference row) pairs"
+    if isinstance(pairs, (torch.Tensor, np.ndarray)) and pairs.dtype in (torch.bool, np.bool_):
         raise invalid(
-            param,
-            CALLER,
-            f"a 1-D integer tensor with one group id per row ({length})",
-            f"{values.dtype} of shape {tuple(values.shape)}",
+            "excluded_pairs", CALLER, expected, f"a bool {type(pairs).__name__}", InvalidTypeError
         )
-    return values.to(device).long()
+    if not isinstance(pairs, torch.Tensor):
+        if not isinstance(pairs, (np.ndarray, Sequence)) or isinstance(pairs, (str, bytes)):
+            raise invalid(
+                "excluded_pairs", CALLER, expected, type(pairs).__name__, InvalidTypeError
+            )
+        try:
+            pairs = torch.as_tensor(pairs) if len(pairs) else torch.zeros(0, 2, dtype=torch.long)
+        except (TypeError, ValueError, RuntimeError):
+            raise invalid(
+                "excluded_pairs", CALLER, expected, _kind_of(pairs), InvalidTypeError
+            ) from None
+    if pairs.dtype == torch.bool:
+        raise invalid("excluded_pairs", CALLER, expected, "a bool tensor", InvalidTypeError)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.is_floating_point() or pairs.is_complex():
+        raise invalid(
+            "excluded_pairs", CALLER, expected, f"{pairs.dtype} of shape {tuple(pairs.shape)}"
+        )
+    pairs = pairs.to(device).long()
+    for column, size, role in ((0, sizes[0], "query"), (1, sizes[1], "reference")):
+        values = pairs[:, column]
+        if len(values) and (int(values.min()) < 0 or int(values.max()) >= size):
+            raise invalid(
+                "excluded_pairs",
+                CALLER,
+                f"{role} row indices in [0, {size})",
+                f"indices from {int(values.min())} to {int(values.max())}",
+            )
+    return pairs
 
 
 def build_protocol(
@@ -132,6 +205,7 @@ def build_protocol(
     rules: list[tuple[torch.Tensor, torch.Tensor]] = []
     if options.query_groups is not None and options.reference_groups is not None:
         assert stats.query_keys is not None and stats.reference_keys is not None
+        _warn_if_no_shared_group(options.query_groups, options.reference_groups)
         rules.append(
             key_pairs(
                 torch.cat([stats.query_keys, stats.reference_keys]),
@@ -150,6 +224,18 @@ def build_protocol(
     )
     distractors = _labelled(reference_labels, options.distractor_labels, "distractor_labels")
     return Protocol(exclusion, distractors if bool(distractors.any()) else None)
+
+
+def _warn_if_no_shared_group(query_groups: torch.Tensor, reference_groups: torch.Tensor) -> None:
+    """Groups that never meet exclude nothing: most likely ids numbered apart (camera
+    ``1`` in one file, ``"c1"`` in the other), so say so rather than stay silent."""
+    meet = torch.isin(query_groups, reference_groups).any()
+    if len(query_groups) and len(reference_groups) and not bool(meet):
+        warn_external(
+            "No query group occurs among the reference groups ('query_groups' and "
+            "'reference_groups' of AccuracyCalculator.get_accuracy), so the same-group "
+            "rule excludes nothing; check that both number the groups alike."
+        )
 
 
 def protocol_stats(stats: LabelStats, protocol: Protocol) -> LabelStats:
@@ -198,25 +284,66 @@ def check_no_overlap(options: ProtocolOptions) -> None:
         )
 
 
-def label_tuple(values: Sequence[Any] | None, param: str) -> tuple[Any, ...]:
-    """The junk or distractor labels as a tuple of Python numbers."""
+def label_tuple(values: Any, param: str) -> tuple[int | float, ...]:
+    """The junk or distractor labels as a tuple of Python numbers.
+
+    A list, tuple, torch tensor or numpy array of numbers is accepted alike (1-D, or a
+    single number as a 0-D tensor/array); anything else is refused by name.
+    """
     if values is None:
         return ()
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, torch.Tensor)):
+    if isinstance(values, (torch.Tensor, np.ndarray)):
+        if values.dtype in (torch.bool, np.bool_) or values.ndim > 1:
+            raise invalid(
+                param, CALLER, "a 1-D sequence of numeric labels", values, InvalidTypeError
+            )
+        listed = values.tolist()
+        items = listed if isinstance(listed, list) else [listed]
+    elif isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise invalid(param, CALLER, "a sequence of labels", values, InvalidTypeError)
-    items = values.tolist() if isinstance(values, torch.Tensor) else list(values)
+    else:
+        items = list(values)
+    numbers: list[int | float] = []
     for item in items:
-        if isinstance(item, bool) or not isinstance(item, (int, float)):
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, Real):
             raise invalid(param, CALLER, "a sequence of numeric labels", values, InvalidTypeError)
-    return tuple(items)
+        numbers.append(int(item) if isinstance(item, Integral) else float(item))
+    return tuple(numbers)
 
 
 def _labelled(labels: torch.Tensor, chosen: tuple[Any, ...], param: str) -> torch.Tensor:
-    """Whether each 1-D label is one of ``chosen``."""
+    """Whether each 1-D label is exactly one of ``chosen``.
+
+    Labels are compared exactly: a chosen value that no label of this dtype can equal
+    (1.5 against integer labels, 257 against uint8 labels, 2**64 against int64 labels)
+    is no label in the data, so it matches nothing (as a missing integer label does);
+    it is never truncated or wrapped onto a real label.
+    """
     if not chosen:
         return torch.zeros(len(labels), dtype=torch.bool, device=labels.device)
     if labels.ndim != 1:
         raise invalid(
             param, CALLER, "to be used with 1-D labels", f"labels of shape {tuple(labels.shape)}"
         )
-    return torch.isin(labels, torch.tensor(chosen, dtype=labels.dtype, device=labels.device))
+    representable = [value for value in chosen if _fits(value, labels.dtype)]
+    if not representable:
+        return torch.zeros(len(labels), dtype=torch.bool, device=labels.device)
+    return torch.isin(labels, torch.tensor(representable, dtype=labels.dtype, device=labels.device))
+
+
+def _fits(value: int | float, dtype: torch.dtype) -> bool:
+    """Whether some label of ``dtype`` equals ``value`` (integers: exactly, in range)."""
+    if dtype == torch.bool:
+        return value in (0, 1)
+    if not dtype.is_floating_point and not dtype.is_complex:
+        if isinstance(value, float) and not value.is_integer():
+            return False
+        info = torch.iinfo(dtype)
+        return info.min <= value <= info.max
+    # Float labels: the value rounds to the dtype as ``labels == value`` would round it,
+    # but a finite value that overflows to infinity equals no finite label.
+    try:
+        converted = torch.tensor(float(value), dtype=dtype).item()
+    except (OverflowError, RuntimeError):
+        return False
+    return math.isfinite(converted) or not math.isfinite(value)

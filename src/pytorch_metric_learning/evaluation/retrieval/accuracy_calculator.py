@@ -55,6 +55,7 @@ from ._protocol import (
     build_protocol,
     check_groups,
     check_no_overlap,
+    check_pairs,
     label_tuple,
     protocol_relevance,
     protocol_stats,
@@ -430,9 +431,12 @@ class AccuracyCalculator:
             reference_groups: One integer group id per reference; required with
                 ``query_groups`` when ``reference`` is given.
             junk_labels: Reference labels that are no query's candidate (Market-1501:
-                ``(-1,)``). 1-D labels only.
+                ``(-1,)``). 1-D labels only. A list, tuple, tensor or numpy array;
+                compared exactly: a value no label can equal (1.5 against integer labels,
+                257 against uint8 labels) matches nothing.
             distractor_labels: Reference labels that are candidates but never relevant
-                (Market-1501: ``(0,)``). 1-D labels only.
+                (Market-1501: ``(0,)``). 1-D labels only; accepted and compared as
+                ``junk_labels``.
             excluded_pairs: ``(m, 2)`` integer tensor of ``(query row, reference row)``
                 pairs that are not candidates (rows of the one set with the roles below).
             is_query, is_reference: Bool flags over one set of embeddings (``query``,
@@ -1019,16 +1023,7 @@ def _protocol_inputs(
         reference_groups = check_groups(
             reference_groups, "reference_groups", len(reference), device
         )
-    pairs = options.excluded_pairs
-    if pairs is not None and not isinstance(pairs, torch.Tensor):
-        raise invalid(
-            "excluded_pairs",
-            "AccuracyCalculator.get_accuracy",
-            "an (m, 2) integer tensor",
-            type(pairs).__name__,
-            InvalidTypeError,
-        )
-    pairs = None if pairs is None else pairs.to(device)
+    pairs = check_pairs(options.excluded_pairs, (len(query), len(reference)), device)
     self_rows = torch.arange(len(query), device=device) if ref_includes_query else None
     if flags is not None:
         roles = split_roles(flags[0], flags[1], len(query))
@@ -1056,21 +1051,6 @@ def _pairs_in_roles(
 ) -> torch.Tensor:
     """Pairs of rows of one set as pairs of (query index, reference index); pairs whose
     rows do not have those roles are dropped."""
-    if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.is_floating_point():
-        raise invalid(
-            "excluded_pairs",
-            "AccuracyCalculator.get_accuracy",
-            "an (m, 2) integer tensor",
-            f"{pairs.dtype} of shape {tuple(pairs.shape)}",
-        )
-    size = len(reference_position)
-    if len(pairs) and (int(pairs.min()) < 0 or int(pairs.max()) >= size):
-        raise invalid(
-            "excluded_pairs",
-            "AccuracyCalculator.get_accuracy",
-            f"row indices in [0, {size})",
-            f"indices from {int(pairs.min())} to {int(pairs.max())}",
-        )
     query_position = torch.full_like(reference_position, -1)
     query_position[query_rows] = torch.arange(len(query_rows), device=query_rows.device)
     mapped = torch.stack([query_position[pairs[:, 0]], reference_position[pairs[:, 1]]], dim=1)
