@@ -54,7 +54,9 @@ def shard_inputs(case: dict[str, Any], rank: int) -> dict[str, Any]:
         arguments["reference_labels"] = torch.cat([labels, rest_labels]) if both else rest_labels
         arguments["ref_includes_query"] = both
         if groups is not None:
-            arguments["reference_groups"] = torch.cat([groups, rest_groups]) if both else rest_groups
+            arguments["reference_groups"] = (
+                torch.cat([groups, rest_groups]) if both else rest_groups
+            )
     if groups is not None:
         arguments["query_groups"] = groups
     for name in ("junk_labels", "distractor_labels"):

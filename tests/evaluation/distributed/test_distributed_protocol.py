@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-from _protocol_workers import main
+from _protocol_workers import main, shard_inputs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from _gloo import spawn_ranks
 from pytorch_metric_learning.errors import InvalidArgumentError
@@ -102,8 +104,14 @@ def _knn_cases() -> list[dict[str, Any]]:
     query, rest = torch.randn(17, 3, generator=g), torch.randn(25, 3, generator=g)
     return [
         {
-            "kind": "knn", "name": f"knn-block{block}", "block_size": block, "k": 15,
-            "query": query, "rest": rest, "query_counts": [7, 10], "rest_counts": [12, 13],
+            "kind": "knn",
+            "name": f"knn-block{block}",
+            "block_size": block,
+            "k": 15,
+            "query": query,
+            "rest": rest,
+            "query_counts": [7, 10],
+            "rest_counts": [12, 13],
             "query_keys": torch.randint(0, 2, (17, 2), generator=g),
             "reference_keys": torch.randint(0, 2, (25, 2), generator=g),
             "pairs": _pairs(6, 17, 25, 60),
@@ -158,7 +166,7 @@ def test_protocol_across_ranks_equals_one_process(ran, name: str) -> None:
         assert got["left_out"] == left_out
         assert set(got["values"]) == set(expected)
         for metric, value in expected.items():
-            assert math.isclose(got["values"][metric], value, rel_tol=0, abs_tol=1e-12), metric
+            assert _same(got["values"][metric], value), metric
 
 
 def _brute_force(case: dict[str, Any]) -> tuple[list[list[float]], list[list[int]]]:
@@ -214,3 +222,44 @@ def test_pairs_out_of_range_are_named(one_rank_group) -> None:
     with pytest.raises(InvalidArgumentError, match="global reference row numbers"):
         calc.get_accuracy(x, torch.tensor([0, 0]), x, torch.tensor([0, 0]),
                           excluded_pairs=torch.tensor([[0, 5]]))  # fmt: skip
+
+
+def _same(got: float, expected: float) -> bool:
+    """Equal to 1e-12, or both NaN (every query left out)."""
+    if math.isnan(expected):
+        return math.isnan(got)
+    return math.isclose(got, expected, rel_tol=0, abs_tol=1e-12)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    mode=st.sampled_from(["separate", "includes", "one_set"]),
+    with_groups=st.booleans(),
+    num_pairs=st.integers(0, 30),
+    market=st.booleans(),
+)
+def test_one_rank_equals_one_process_for_any_options(
+    one_rank_group, seed: int, mode: str, with_groups: bool, num_pairs: int, market: bool
+) -> None:
+    """In a group of one rank, every combination of the options gives AccuracyCalculator's
+    values and left-out count (the counting of R, without the exchange)."""
+    data = _data(seed, 12, 15)
+    case: dict[str, Any] = {"mode": mode, "include": METRICS, "k": None, **data}
+    case.update(query_counts=[12], rest_counts=[15])
+    if not with_groups:
+        del case["query_groups"], case["rest_groups"]
+    if market and mode != "one_set":
+        case.update(junk_labels=(-1,), distractor_labels=(0,))
+    if num_pairs:
+        num_reference = {"separate": 15, "includes": 27, "one_set": 12}[mode]
+        case["excluded_pairs"] = _pairs(seed, 12, num_reference, num_pairs)
+    expected, left_out = _single_process(case)
+    calc = DistributedAccuracyCalculator(k=None, include=METRICS)
+    got = calc.get_accuracy(**shard_inputs(case, 0))
+    assert calc.last_num_queries_left_out == left_out
+    for metric, value in expected.items():
+        assert _same(got[metric], value), metric

@@ -75,9 +75,12 @@ def check_protocol_options(
     return options
 
 
-def shard_protocol(comm: Comm, shards: Any, options: ProtocolOptions, one_set: bool) -> ShardProtocol:
+def shard_protocol(
+    comm: Comm, shards: Any, options: ProtocolOptions, one_set: bool
+) -> ShardProtocol:
     """This rank's protocol; every rank must call it (it agrees and reduces)."""
-    error, meta, groups = None, [0, 0, 0], (None, None)
+    error, meta = None, [0, 0, 0]
+    groups: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
     try:
         groups = _local_groups(shards, options, one_set)
         meta = [int(groups[0] is not None), len(options.junk_labels),

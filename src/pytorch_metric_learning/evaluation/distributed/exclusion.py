@@ -89,7 +89,9 @@ class ShardExclusion:
             or flags.dtype != torch.bool
             or flags.shape != (num_reference,)
         ):
-            got = f"{flags.dtype} {tuple(flags.shape)}" if isinstance(flags, torch.Tensor) else flags
+            got = (
+                f"{flags.dtype} {tuple(flags.shape)}" if isinstance(flags, torch.Tensor) else flags
+            )
             raise invalid(
                 "never_candidates", _OWNER, f"a bool tensor with one flag per reference row "
                 f"({num_reference})", got,

@@ -10,10 +10,10 @@ import torch
 
 from ..._validation import check_positive_int, check_tensor, invalid
 from ...errors import BackendRuntimeError, InvalidArgumentError
-from ..search._rescale import Rescaled, largest_magnitude, rescale
 from ..search._excluded_search import search_excluding
-from ..search.knn import check_search_inputs
+from ..search._rescale import Rescaled, largest_magnitude, rescale
 from ..search.exclusion import Exclusion
+from ..search.knn import check_search_inputs
 from ..search.protocols import KNNFunc, knn_is_inverted
 from ..search.registry import load_knn_func
 from ._collectives import (
@@ -576,8 +576,11 @@ def _block_exclusion(
     device = shard.ids.device
     block_ids = torch.cat(
         [
-            torch.arange(layout.query_offset(r) + start, layout.query_offset(r) + start + count,
-                         device=device)  # fmt: skip
+            torch.arange(
+                layout.query_offset(r) + start,
+                layout.query_offset(r) + start + count,
+                device=device,
+            )  # fmt: skip
             for r, count in enumerate(counts)
         ]
     )
