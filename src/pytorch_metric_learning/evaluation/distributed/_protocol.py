@@ -22,7 +22,6 @@ from ..retrieval._protocol import (
     ProtocolOptions,
     check_groups,
     check_no_overlap,
-    label_tuple,
 )
 from ._collectives import Comm, agree, all_gather_ints, all_gather_rows, all_reduce_sum
 from ._labels import counts_of, global_label_counts
@@ -59,12 +58,8 @@ def check_protocol_options(
     excluded_pairs: Any,
 ) -> ProtocolOptions:
     """The options as AccuracyCalculator holds them (checks that need no other rank)."""
-    options = ProtocolOptions(
-        query_groups,
-        reference_groups,
-        label_tuple(junk_labels, "junk_labels"),
-        label_tuple(distractor_labels, "distractor_labels"),
-        excluded_pairs,
+    options = ProtocolOptions.of(
+        query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
     )
     check_no_overlap(options)
     if excluded_pairs is not None and not isinstance(excluded_pairs, torch.Tensor):
