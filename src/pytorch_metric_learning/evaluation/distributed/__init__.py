@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._collectives import DistributedEvaluationError
 from .accumulator import AccuracyAccumulator
 from .accuracy import DistributedAccuracyCalculator
+from .exclusion import ShardExclusion
 from .kmeans import DistributedKMeans
 from .knn import DistributedKNN, merge_order, merge_top_k
 
@@ -19,6 +20,7 @@ __all__ = [
     "DistributedEvaluationError",
     "DistributedKMeans",
     "DistributedKNN",
+    "ShardExclusion",
     "merge_order",
     "merge_top_k",
 ]

@@ -11,7 +11,7 @@ import torch
 
 from ._collectives import Comm, all_gather_ints, all_gather_rows
 
-__all__ = ["global_label_counts", "index_in"]
+__all__ = ["counts_of", "global_label_counts", "index_in"]
 
 
 def _unique(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -53,3 +53,13 @@ def index_in(unique: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     _, inverse, _ = _unique(torch.cat([unique, labels]))
     # ``unique`` is sorted and distinct, so its own rows map to 0..len(unique)-1 in order.
     return inverse[len(unique) :]
+
+
+def counts_of(unique: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """How often each of ``labels`` occurs according to the table ``(unique, counts)``."""
+    dim = 0 if labels.ndim > 1 else None
+    _, inverse = torch.unique(torch.cat([unique, labels]), return_inverse=True, dim=dim)
+    table = torch.zeros(int(inverse.max()) + 1 if inverse.numel() else 0, dtype=torch.long,
+                        device=labels.device)  # fmt: skip
+    table[inverse[: len(unique)]] = counts
+    return table[inverse[len(unique) :]]

@@ -28,7 +28,9 @@ from ._collectives import (
     resolve_comm,
     resolve_timeout,
 )
-from ._labels import global_label_counts, index_in
+from ._labels import counts_of, global_label_counts, index_in
+from ._layout import ShardLayout
+from ._protocol import ShardProtocol, check_protocol_options, shard_protocol
 from .kmeans import DistributedKMeans
 from .knn import _LABEL_DTYPES, DistributedKNN
 
@@ -56,6 +58,8 @@ class _Shards:
     num_reference: int  # rows of the global reference
     query_classes: torch.Tensor  # distinct query labels of all ranks, sorted
     query_class: torch.Tensor  # each local query's index into query_classes
+    layout: ShardLayout | None = None
+    protocol: ShardProtocol | None = None
 
 
 class DistributedAccuracyCalculator(AccuracyCalculator):
@@ -153,6 +157,12 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         return_per_query: bool = False,
         query_categories: Any = None,
         return_per_category: bool | None = None,
+        *,
+        query_groups: torch.Tensor | None = None,
+        reference_groups: torch.Tensor | None = None,
+        junk_labels: Sequence[Any] = (),
+        distractor_labels: Sequence[Any] = (),
+        excluded_pairs: torch.Tensor | None = None,
         **protocol: Any,
     ) -> dict[str, MetricValue]:
         """The selected metrics of every rank's shards together, the same on every rank.
@@ -162,6 +172,17 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         arguments are those of :meth:`AccuracyCalculator.get_accuracy`, for this rank's
         shard; a shard may be empty. ``return_per_query=True`` and ``query_categories`` are
         not supported across ranks: gather the embeddings and use :class:`AccuracyCalculator`.
+
+        The protocol options ``query_groups``, ``reference_groups``, ``junk_labels``,
+        ``distractor_labels`` and ``excluded_pairs`` mean what they mean for
+        AccuracyCalculator, for this rank's rows (1-D labels only): groups are one id per
+        local query and reference row (``query_groups`` alone when ``reference`` is None);
+        junk and distractor labels must be the same on every rank; ``excluded_pairs`` are
+        ``(global query, global reference)`` row numbers as :class:`DistributedKNN`
+        numbers them (the union of every rank's pairs is excluded). ``is_query`` and
+        ``is_reference`` are refused: they split one set whose rows would move between
+        ranks (see docs/distributed.md). The number of queries left out (no valid relevant
+        reference) over all ranks is kept in ``last_num_queries_left_out``.
         """
         if return_per_query:
             raise InvalidArgumentError(
@@ -175,11 +196,16 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
                 "AccuracyCalculator."
             )
         _refuse_protocol(protocol)
+        options = check_protocol_options(
+            query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
+        )
+        if options.active:
+            self._check_protocol_allowed()
         functions = self._functions_for_call(include, exclude)
         self._check_builtin(list(functions))
         comm = resolve_comm(self.group, self.timeout, _device_of(query, self.device))
         shards = self._shards(comm, query, query_labels, reference, reference_labels,
-                              ref_includes_query)  # fmt: skip
+                              ref_includes_query, options, reference is None)  # fmt: skip
         results: dict[str, MetricValue] = {}
         with torch.no_grad():
             knn_names = [name for name in functions if per_query_function(name) is not None]
@@ -199,14 +225,16 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         reference: Any,
         reference_labels: Any,
         ref_includes_query: Any,
+        options: Any = None,
+        one_set: bool = False,
     ) -> _Shards:
         """Validate this rank's inputs, agree with the other ranks, build the class table."""
-        error, meta, inputs = None, [0] * 7, None
+        error, meta, inputs = None, [0] * 8, None
         try:
             inputs = self._inputs(
                 query, query_labels, reference, reference_labels, ref_includes_query
             )
-            meta = _meta(*inputs)
+            meta = _meta(*inputs) + [int(options is not None and options.active)]
         except Exception as exc:
             error = exc
         table = agree(comm, error, f"checking the inputs of {_OWNER}", meta)
@@ -214,19 +242,28 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         assert inputs is not None
         query, query_labels, reference, reference_labels, ref_includes_query = inputs
         classes, _ = global_label_counts(comm, query_labels, "counting the query labels")
-        return _Shards(
+        layout = ShardLayout(
+            tuple(table[:, 0].tolist()), tuple(table[:, 1].tolist()), ref_includes_query
+        )
+        shards = _Shards(
             query, query_labels, reference, reference_labels, ref_includes_query,
-            int(table[:, 1].sum()), classes, index_in(classes, query_labels),
+            int(table[:, 1].sum()), classes, index_in(classes, query_labels), layout,
         )  # fmt: skip
+        if bool(table[:, 7].any()):  # a rank may have pairs where another has none
+            shards.protocol = shard_protocol(comm, shards, options, one_set)
+        return shards
 
     def _num_relevant(self, comm: Comm, shards: _Shards) -> torch.Tensor:
-        """``R`` of every local query: matching reference rows on all ranks, minus itself."""
+        """``R`` of every local query: matching reference rows on all ranks, minus itself
+        (under a protocol: its valid relevant references)."""
+        if shards.protocol is not None:
+            return shards.protocol.num_relevant
         unique, counts = global_label_counts(
             comm, shards.reference_labels, "counting the reference labels"
         )
         comparison = self._custom_comparison
         if comparison is None:
-            matches = _counts_of(unique, counts, shards.query_labels)
+            matches = counts_of(unique, counts, shards.query_labels)
             return matches - int(shards.ref_includes_query)
         return _custom_relevant(
             comparison, unique, counts, shards.query_labels, shards.ref_includes_query
@@ -238,7 +275,10 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         num_relevant = self._num_relevant(comm, shards)
         keep = num_relevant > 0
         local_max = int(num_relevant.max()) if num_relevant.numel() else 0
-        flags = all_gather_ints(comm, [int(keep.any()), local_max], "sharing the label counts")
+        flags = all_gather_ints(
+            comm, [int(keep.any()), local_max, int((~keep).sum())], "sharing the label counts"
+        )
+        self.last_num_queries_left_out = int(flags[:, 2].sum())
         num_classes = len(shards.query_classes)
         if not bool(flags[:, 0].any()):
             logger.warning(  # logged, as by AccuracyCalculator and 2.x
@@ -258,11 +298,15 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
     def _relevance(self, shards: _Shards, k: int) -> torch.Tensor:
         """Boolean ``(local queries, k)``: whether each neighbour matches its query."""
         knn = cast(DistributedKNN, self.knn_func)
-        _, _, knn_labels = knn.search_with_labels(
-            shards.query, k, shards.reference, shards.reference_labels, shards.ref_includes_query
-        )
+        protocol = shards.protocol
+        _, indices, knn_labels = knn.search_with_labels(
+            shards.query, k, shards.reference, shards.reference_labels, shards.ref_includes_query,
+            exclusion=None if protocol is None else protocol.exclusion,
+        )  # fmt: skip
         labels = shards.query_labels.unsqueeze(1)
         comparison = self._custom_comparison
+        if protocol is not None:
+            return protocol.relevance(knn_labels == labels, indices, knn_labels)
         if comparison is None:
             equal = knn_labels == labels
             return equal.flatten(2).all(dim=2) if equal.ndim > 2 else equal
@@ -370,16 +414,6 @@ def _check_same_everywhere(table: torch.Tensor) -> None:
             )
 
 
-def _counts_of(unique: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """How often each of ``labels`` occurs according to the table ``(unique, counts)``."""
-    dim = 0 if labels.ndim > 1 else None
-    _, inverse = torch.unique(torch.cat([unique, labels]), return_inverse=True, dim=dim)
-    table = torch.zeros(int(inverse.max()) + 1 if inverse.numel() else 0, dtype=torch.long,
-                        device=labels.device)  # fmt: skip
-    table[inverse[: len(unique)]] = counts
-    return table[inverse[len(unique) :]]
-
-
 def _custom_relevant(
     comparison: LabelComparison,
     unique: torch.Tensor,
@@ -432,20 +466,13 @@ def _per_query(
     )
 
 
-_PROTOCOL_OPTIONS = (
-    "query_groups",
-    "reference_groups",
-    "junk_labels",
-    "distractor_labels",
-    "excluded_pairs",
-    "is_query",
-    "is_reference",
-)
+_PROTOCOL_OPTIONS = ("is_query", "is_reference")
 
 
 def _refuse_protocol(options: dict[str, Any]) -> None:
-    """The protocols of AccuracyCalculator.get_accuracy (groups, junk, pairs, roles) are
-    not computed across ranks yet: refuse them by name rather than ignore them."""
+    """The roles of one set (``is_query``/``is_reference``) are not computed across ranks:
+    a row's roles would move it between the query and the reference numbering of the
+    shards. Refuse them by name rather than ignore them."""
     unknown = sorted(set(options) - set(_PROTOCOL_OPTIONS))
     if unknown:
         raise TypeError(f"{_OWNER}.get_accuracy got unexpected keyword arguments {unknown}")
@@ -456,7 +483,9 @@ def _refuse_protocol(options: dict[str, Any]) -> None:
     )
     if given:
         raise InvalidArgumentError(
-            f"{_OWNER}.get_accuracy does not apply {given} across ranks (the evaluation "
-            "protocols of docs/protocols.md); gather the embeddings on one rank and use "
-            "AccuracyCalculator."
+            f"{_OWNER}.get_accuracy does not apply {given} across ranks: they split one set "
+            "into queries and references, which sharding cannot renumber. Pass each rank's "
+            "query and reference shards with 'query_groups'/'reference_groups' and "
+            "'excluded_pairs' instead (docs/distributed.md), or gather the embeddings on one "
+            "rank and use AccuracyCalculator."
         )

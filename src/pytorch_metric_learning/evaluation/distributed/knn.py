@@ -10,7 +10,9 @@ import torch
 
 from ..._validation import check_positive_int, check_tensor, invalid
 from ...errors import BackendRuntimeError, InvalidArgumentError
+from ..search._excluded_search import search_excluding
 from ..search._rescale import Rescaled, largest_magnitude, rescale
+from ..search.exclusion import Exclusion
 from ..search.knn import check_search_inputs
 from ..search.protocols import KNNFunc, knn_is_inverted
 from ..search.registry import load_knn_func
@@ -24,6 +26,14 @@ from ._collectives import (
     resolve_timeout,
 )
 from ._layout import ShardLayout
+from .exclusion import (
+    ShardExclusion,
+    ShardRule,
+    as_rows,
+    check_pair_range,
+    gather_pairs,
+    local_pairs,
+)
 
 __all__ = ["DistributedKNN", "merge_order", "merge_top_k"]
 
@@ -61,6 +71,13 @@ class DistributedKNN:
     order. This is the single-process contract on the concatenated data: the global query
     is the first rows of the global reference, and query row ``i`` leaves out reference row
     ``i``. Ties are ordered by distance, then global index.
+
+    An ``exclusion`` (a :class:`ShardExclusion` per rank) leaves pairs out inside each
+    rank's search of a gathered query block against its reference shard: the query rows'
+    keys travel with the block, and the local backend searches with a local
+    :class:`~pytorch_metric_learning.evaluation.search.exclusion.Exclusion` (CustomKNN
+    applies it tile by tile). A row with fewer than ``k`` candidates gets index ``-1``
+    (and the worst distance) in its last columns.
 
     Args:
         knn_func: The local exact backend, as a spec for
@@ -115,15 +132,18 @@ class DistributedKNN:
     @torch.no_grad()
     def __call__(
         self, query: torch.Tensor, k: int, reference: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
+        ref_includes_query: bool = False, *, exclusion: ShardExclusion | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Neighbours of this rank's ``query`` rows among every rank's ``reference`` rows.
 
         Every rank of the group must call it, with the same ``k`` and
-        ``ref_includes_query``. ``reference=None`` uses each rank's query shard.
-        Returns ``(distances, indices)`` shaped ``(len(query), k)`` with global indices.
+        ``ref_includes_query``, and an ``exclusion`` on every rank or on none.
+        ``reference=None`` uses each rank's query shard. Returns ``(distances, indices)``
+        shaped ``(len(query), k)`` with global indices (``-1`` past a row's candidates).
         """
-        distances, indices, _ = self._search(query, k, reference, ref_includes_query, None)
+        distances, indices, _ = self._search(
+            query, k, reference, ref_includes_query, None, exclusion
+        )
         return distances, indices
 
     @torch.no_grad()
@@ -134,6 +154,8 @@ class DistributedKNN:
         reference: torch.Tensor | None,
         reference_labels: torch.Tensor,
         ref_includes_query: bool = False,
+        *,
+        exclusion: ShardExclusion | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Like calling the backend, and also return each neighbour's label.
 
@@ -158,7 +180,7 @@ class DistributedKNN:
             >>> dist.destroy_process_group()
         """
         distances, indices, labels = self._search(
-            query, k, reference, ref_includes_query, reference_labels
+            query, k, reference, ref_includes_query, reference_labels, exclusion
         )
         assert labels is not None
         return distances, indices, labels
@@ -170,16 +192,24 @@ class DistributedKNN:
         reference: torch.Tensor | None,
         ref_includes_query: bool,
         labels: torch.Tensor | None,
+        exclusion: ShardExclusion | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         comm = resolve_comm(self.group, self.timeout, _device_of(query))
-        layout, search_k = self._plan(comm, query, k, reference, ref_includes_query, labels)
+        layout, search_k, flags = self._plan(
+            comm, query, k, reference, ref_includes_query, labels, exclusion
+        )
         scaled = self._in_float_range(comm, query, query if reference is None else reference)
         query, reference = scaled.query, scaled.reference
         trailing: tuple[int, ...] = ()
         if labels is not None:
             trailing = tuple(labels.shape[1:])
             labels = labels.to(query.device).reshape(len(labels), math.prod(trailing))
-        shard = _Shard(reference, layout.reference_ids(comm.rank, query.device), labels)
+        ids = layout.reference_ids(comm.rank, query.device)
+        rule = None
+        if flags[0]:
+            assert exclusion is not None
+            rule = _shard_rule(comm, layout, exclusion, ids, bool(flags[1]), query.device)
+        shard = _Shard(reference, ids, labels, rule)
         pieces = [
             self._step(comm, layout, step, query, shard, search_k)
             for step in range(layout.num_steps(self.block_size))
@@ -189,6 +219,7 @@ class DistributedKNN:
             own = layout.query_offset(comm.rank) + torch.arange(len(query), device=query.device)
             found = _drop_self_matches(found, own)
         distances, indices, found_labels = found
+        indices = indices.masked_fill(indices == _NO_INDEX, -1)
         if found_labels is not None:
             found_labels = found_labels.reshape(*indices.shape, *trailing)
         return scaled.restore(distances, distances.dtype), indices, found_labels
@@ -209,12 +240,15 @@ class DistributedKNN:
         reference: Any,
         ref_includes_query: Any,
         labels: Any,
-    ) -> tuple[ShardLayout, int]:
-        """Check the inputs on every rank and agree on the layout; return it and the search k."""
-        error, meta = None, [0] * 10
+        exclusion: Any = None,
+    ) -> tuple[ShardLayout, int, tuple[bool, bool]]:
+        """Check the inputs on every rank and agree on the layout; return it, the search k
+        and whether an exclusion is applied and has pairs on some rank."""
+        error, meta = None, [0] * 14
         try:
             meta = _local_meta(query, k, reference, ref_includes_query)
             meta += _labels_meta(labels, query if reference is None else reference)
+            meta += _exclusion_meta(exclusion, query, query if reference is None else reference)
         except Exception as exc:
             error = exc
         table = agree(comm, error, "checking the inputs of DistributedKNN", meta)
@@ -222,7 +256,8 @@ class DistributedKNN:
         layout = ShardLayout(
             tuple(table[:, 0].tolist()), tuple(table[:, 1].tolist()), bool(table[0, 4])
         )
-        return layout, _global_search_k(layout, int(table[0, 3]))
+        flags = (bool(table[0, 10]), bool(table[:, 13].any()))
+        return layout, _global_search_k(layout, int(table[0, 3])), flags
 
     def _step(
         self,
@@ -239,9 +274,12 @@ class DistributedKNN:
         mine = query[start : start + counts[comm.rank]]
         stage = f"query block {step + 1} of {layout.num_steps(self.block_size)}"
         block = all_gather_rows(comm, mine, counts, f"gathering {stage}").to(query.device)
+        exclusion = None
+        if shard.rule is not None:
+            exclusion = _block_exclusion(comm, layout, shard, start, counts, len(shard.ids))
         error, found = None, None
         try:
-            found = self._search_shard(block, shard, search_k)
+            found = self._search_shard(block, shard, search_k, exclusion)
         except Exception as exc:
             error = exc
         code = -1 if found is None else _DTYPES.index(found[0].dtype)
@@ -255,12 +293,17 @@ class DistributedKNN:
         ]
         return self._merge(received, comm.world_size, search_k, query.device)
 
-    def _search_shard(self, block: torch.Tensor, shard: _Shard, search_k: int) -> _Found | None:
-        """Top ``min(search_k, len(shard))`` of the block in this shard, global indices."""
+    def _search_shard(
+        self, block: torch.Tensor, shard: _Shard, search_k: int, exclusion: Exclusion | None
+    ) -> _Found | None:
+        """Top ``min(search_k, len(shard))`` of the block in this shard, global indices;
+        under an exclusion, only candidates (the rest padded with the worst entries)."""
         reference = shard.reference
         k = min(search_k, len(reference))
         if k == 0:
             return None
+        if exclusion is not None:
+            return self._search_shard_excluding(block, shard, k, exclusion)
         distances, indices = self.local(block, k, reference, False)
         if indices.shape != (len(block), k) or distances.shape != indices.shape:
             raise BackendRuntimeError(
@@ -275,6 +318,21 @@ class DistributedKNN:
             )
         labels = None if shard.labels is None else shard.labels[indices]
         return distances.to(shard.ids.device), shard.ids[indices], labels
+
+    def _search_shard_excluding(
+        self, block: torch.Tensor, shard: _Shard, k: int, exclusion: Exclusion
+    ) -> _Found:
+        """The block's first ``k`` candidates in this shard; invalid columns sort last."""
+        distances, indices, valid = search_excluding(
+            self.local, block, k, shard.reference, exclusion, caller=_OWNER
+        )
+        indices = indices.to(shard.ids.device, torch.long)
+        valid = valid.to(shard.ids.device)
+        labels = None if shard.labels is None else shard.labels[indices]
+        worst = -torch.inf if self.is_inverted else torch.inf
+        distances = distances.to(shard.ids.device).masked_fill(~valid, worst)
+        ids = shard.ids[indices].masked_fill(~valid, _NO_INDEX)
+        return distances, ids, labels
 
     def _pad(
         self,
@@ -334,6 +392,7 @@ class _Shard(NamedTuple):
     reference: torch.Tensor
     ids: torch.Tensor
     labels: torch.Tensor | None
+    rule: ShardRule | None = None
 
 
 def merge_order(
@@ -400,6 +459,14 @@ def _check_same_everywhere(table: torch.Tensor) -> None:
                 f"The {name} of {_OWNER}'s inputs must be the same on every rank. "
                 f"Got {values} (by rank) instead."
             )
+    for column, name in ((10, "exclusion"), (11, "keys"), (12, "key width")):
+        values = table[:, column].tolist()
+        if len(set(values)) > 1:
+            raise InvalidArgumentError(
+                f"The {name} of {_OWNER}'s exclusion must be given alike on every rank "
+                f"(an exclusion on all ranks or none, keys of one width). Got {values} "
+                "(by rank) instead."
+            )
     for column, name in ((6, "presence"), (7, "ndim"), (8, "row size"), (9, "dtype")):
         values = table[:, column].tolist()
         if len(set(values)) > 1:
@@ -461,6 +528,67 @@ def _drop_self_matches(found: _Found, own: torch.Tensor) -> _Found:
     if labels is not None:
         labels = labels[keep].view(rows, width, labels.shape[2])
     return distances[keep].view(rows, width), indices[keep].view(rows, width), labels
+
+
+def _exclusion_meta(exclusion: Any, query: Any, reference: Any) -> list[int]:
+    """``[has exclusion, has keys, key width, has pairs]`` for the agreement."""
+    if exclusion is None:
+        return [0, 0, 0, 0]
+    if not isinstance(exclusion, ShardExclusion):
+        raise invalid("exclusion", _OWNER, "None or a ShardExclusion", type(exclusion).__name__)
+    return [1, *exclusion.check(len(query), len(reference))]
+
+
+def _shard_rule(
+    comm: Comm,
+    layout: ShardLayout,
+    exclusion: ShardExclusion,
+    ids: torch.Tensor,
+    any_pairs: bool,
+    device: torch.device,
+) -> ShardRule:
+    """This rank's rule with the pairs of every rank whose reference is in its shard."""
+    pairs = torch.zeros((0, 2), dtype=torch.long, device=device)
+    if any_pairs:
+        every = gather_pairs(comm, exclusion.pairs, device)
+        check_pair_range(every, layout.num_query, layout.num_reference)
+        pairs = local_pairs(every, ids)
+    flags = exclusion.never_candidates
+    return ShardRule(
+        as_rows(exclusion.query_keys, device),
+        as_rows(exclusion.reference_keys, device),
+        pairs,
+        None if flags is None or not bool(flags.any()) else flags.to(device),
+    )
+
+
+def _block_exclusion(
+    comm: Comm,
+    layout: ShardLayout,
+    shard: _Shard,
+    start: int,
+    counts: list[int],
+    num_reference: int,
+) -> Exclusion:
+    """The local rule of one gathered query block: its rows' keys travel with it."""
+    rule = shard.rule
+    assert rule is not None
+    device = shard.ids.device
+    block_ids = torch.cat(
+        [
+            torch.arange(
+                layout.query_offset(r) + start,
+                layout.query_offset(r) + start + count,
+                device=device,
+            )  # fmt: skip
+            for r, count in enumerate(counts)
+        ]
+    )
+    keys = None
+    if rule.query_keys is not None:
+        mine = rule.query_keys[start : start + counts[comm.rank]]
+        keys = all_gather_rows(comm, mine, counts, "gathering the query keys").to(device)
+    return rule.for_block(block_ids, keys, num_reference)
 
 
 def _labels_meta(labels: Any, reference: Any) -> list[int]:

@@ -56,6 +56,24 @@ class ProtocolOptions:
     distractor_labels: tuple[Any, ...] = ()
     excluded_pairs: torch.Tensor | None = None
 
+    @classmethod
+    def of(
+        cls,
+        query_groups: Any,
+        reference_groups: Any,
+        junk_labels: Sequence[Any] | None,
+        distractor_labels: Sequence[Any] | None,
+        excluded_pairs: Any,
+    ) -> ProtocolOptions:
+        """The options of one ``get_accuracy`` call, junk and distractor labels checked."""
+        return cls(
+            query_groups,
+            reference_groups,
+            label_tuple(junk_labels, "junk_labels"),
+            label_tuple(distractor_labels, "distractor_labels"),
+            excluded_pairs,
+        )
+
     @property
     def active(self) -> bool:
         return (

@@ -56,7 +56,6 @@ from ._protocol import (
     check_groups,
     check_no_overlap,
     check_pairs,
-    label_tuple,
     protocol_relevance,
     protocol_stats,
     split_roles,
@@ -466,12 +465,8 @@ class AccuracyCalculator:
         query, query_labels, reference, reference_labels, ref_includes_query = self._inputs(
             query, query_labels, reference, reference_labels, ref_includes_query
         )
-        options = ProtocolOptions(
-            query_groups,
-            reference_groups,
-            label_tuple(junk_labels, "junk_labels"),
-            label_tuple(distractor_labels, "distractor_labels"),
-            excluded_pairs,
+        options = ProtocolOptions.of(
+            query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
         )
         protocol_inputs = None
         if roles or options.active:
