@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["DistributedAccuracyCalculator"]
 
+_GET_ACCURACY = inspect.signature(AccuracyCalculator.get_accuracy)
 _OWNER = "DistributedAccuracyCalculator"
 _CLUSTERING = ("NMI", "AMI")
 # Relevance elements one metric processes at once (bounds float64 temporaries).
@@ -145,26 +146,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
                 f"metrics {custom} instead; compute them from gathered outputs yourself."
             )
 
-    def get_accuracy(
-        self,
-        query: torch.Tensor,
-        query_labels: torch.Tensor,
-        reference: torch.Tensor | None = None,
-        reference_labels: torch.Tensor | None = None,
-        ref_includes_query: bool = False,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        return_per_query: bool = False,
-        query_categories: Any = None,
-        return_per_category: bool | None = None,
-        *,
-        query_groups: torch.Tensor | None = None,
-        reference_groups: torch.Tensor | None = None,
-        junk_labels: Sequence[Any] = (),
-        distractor_labels: Sequence[Any] = (),
-        excluded_pairs: torch.Tensor | None = None,
-        **protocol: Any,
-    ) -> dict[str, MetricValue]:
+    def get_accuracy(self, *args: Any, **kwargs: Any) -> dict[str, MetricValue]:
         """The selected metrics of every rank's shards together, the same on every rank.
 
         Every rank of the group must call it, with the same ``include``, ``exclude`` and
@@ -184,28 +166,36 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
         ranks (see docs/distributed.md). The number of queries left out (no valid relevant
         reference) over all ranks is kept in ``last_num_queries_left_out``.
         """
-        if return_per_query:
+        call = _GET_ACCURACY.bind(self, *args, **kwargs)  # the arguments of the base class
+        call.apply_defaults()
+        arg = SimpleNamespace(**call.arguments)
+        query, reference = arg.query, arg.reference
+        if arg.return_per_query:
             raise InvalidArgumentError(
                 f"{_OWNER}.get_accuracy does not return per-query values (return_per_query="
                 "True); gather the embeddings on one rank and use AccuracyCalculator."
             )
-        if query_categories is not None or return_per_category:
+        if arg.query_categories is not None or arg.return_per_category:
             raise InvalidArgumentError(
                 f"{_OWNER}.get_accuracy does not break metrics down by category "
                 "(query_categories); gather the embeddings on one rank and use "
                 "AccuracyCalculator."
             )
-        _refuse_protocol(protocol)
+        _refuse_protocol({"is_query": arg.is_query, "is_reference": arg.is_reference})
         options = check_protocol_options(
-            query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
+            arg.query_groups,
+            arg.reference_groups,
+            arg.junk_labels,
+            arg.distractor_labels,
+            arg.excluded_pairs,
         )
         if options.active:
             self._check_protocol_allowed()
-        functions = self._functions_for_call(include, exclude)
+        functions = self._functions_for_call(arg.include, arg.exclude)
         self._check_builtin(list(functions))
         comm = resolve_comm(self.group, self.timeout, _device_of(query, self.device))
-        shards = self._shards(comm, query, query_labels, reference, reference_labels,
-                              ref_includes_query, options, reference is None)  # fmt: skip
+        shards = self._shards(comm, query, arg.query_labels, reference, arg.reference_labels,
+                              arg.ref_includes_query, options, reference is None)  # fmt: skip
         results: dict[str, MetricValue] = {}
         with torch.no_grad():
             knn_names = [name for name in functions if per_query_function(name) is not None]
@@ -214,6 +204,8 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
             if any(name in _CLUSTERING for name in functions):
                 results.update(self._clustering_metrics(comm, shards))
         return {name: results[name] for name in functions}
+
+    get_accuracy.__signature__ = _GET_ACCURACY  # type: ignore[attr-defined]
 
     # ----- inputs and label statistics -----
 
