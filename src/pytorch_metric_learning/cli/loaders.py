@@ -349,6 +349,8 @@ def _split_key(source: str) -> tuple[Path, str | None]:
 
 
 Source = Path | IO[bytes]
+# .npy embeddings searched in place; any other type is converted, so it is read whole
+_MAPPED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _read_npy(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
@@ -356,7 +358,7 @@ def _read_npy(source: Source, path: Path, key: str | None, role: str) -> np.ndar
     a pipe's bytes are already in memory."""
     if isinstance(source, Path) and role == "embeddings":
         array = np.load(source, mmap_mode="r", allow_pickle=False)
-        if isinstance(array, np.memmap) and array.dtype.kind == "f" and register(array):
+        if isinstance(array, np.memmap) and array.dtype in _MAPPED_DTYPES and register(array):
             return array
         return np.asarray(array)
     return np.load(source, allow_pickle=False)

@@ -17,7 +17,6 @@ import warnings
 import torch
 
 from ..._mapped import row_blocks
-
 from ...distances import (
     BaseDistance,
     CosineSimilarity,

@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 # Bytes of one tile of distances when the user sets no batch_size.
 TILE_BYTES = 64 * 2**20
 # Bytes of a mapped reference (a memory-mapped .npy file) copied and searched at a time.
-MAPPED_BLOCK_BYTES = 32 * 2**20
+MAPPED_BLOCK_BYTES = 8 * 2**20
 # Whole-row blocks get at least this many query rows (up to 4 * TILE_BYTES): a matrix
 # product with fewer rows re-reads the whole reference too often (measured at 100,000
 # references: 1.94 times the GEMM floor with 167 rows, 1.30 with 671).
