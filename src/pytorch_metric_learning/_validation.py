@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ._mapped import row_blocks
 from .errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -103,14 +104,18 @@ def check_matrix(value: Any, param: str, owner: str) -> torch.Tensor:
 
 def check_finite(value: torch.Tensor, param: str, owner: str) -> torch.Tensor:
     """Raise ``ValueError`` when a tensor holds NaN or infinite values."""
-    if value.numel() == 0 or bool(torch.isfinite(value.sum())):  # one reduction, no mask
-        return value
-    if not bool(torch.isfinite(value).all()):  # the sum overflowed, or a value is not finite
+    if not all(_finite(block) for block in row_blocks(value)):  # a mapped file block by block
         raise InvalidArgumentError(
             f"The '{param}' parameter of {owner} contains NaN or infinite values; "
             "embeddings must be finite (check the model's output for overflow)."
         )
     return value
+
+
+def _finite(value: torch.Tensor) -> bool:
+    if value.numel() == 0 or bool(torch.isfinite(value.sum())):  # one reduction, no mask
+        return True
+    return bool(torch.isfinite(value).all())  # the sum overflowed, or a value is not finite
 
 
 def check_same_device(first: torch.Tensor, second: torch.Tensor, names: str, owner: str) -> None:

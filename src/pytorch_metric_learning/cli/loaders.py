@@ -24,12 +24,14 @@ import io
 import os
 import stat
 import sys
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import torch
 
+from .._mapped import register, row_blocks
 from ..errors import InvalidArgumentError
 from ._csv_reader import EXACT_FLOAT, CsvError, float_label_message, parse_csv
 from ._errors import UsageError
@@ -191,9 +193,12 @@ def load_embeddings(source: str | Path) -> torch.Tensor:
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise InputFileError(f"The embeddings in '{name}' are empty (shape {array.shape}).")
     values = _as_float(array, "embeddings", name)
-    if not np.isfinite(values).all():
+    with warnings.catch_warnings():  # a mapped file is read-only, and nothing writes it
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        tensor = torch.from_numpy(values)
+    if not all(bool(np.isfinite(block.numpy()).all()) for block in row_blocks(tensor)):
         raise InputFileError(f"The embeddings in '{name}' contain NaN or infinite values.")
-    return torch.from_numpy(values)
+    return tensor
 
 
 def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
@@ -344,9 +349,18 @@ def _split_key(source: str) -> tuple[Path, str | None]:
 
 
 Source = Path | IO[bytes]
+# .npy embeddings searched in place; any other type is converted, so it is read whole
+_MAPPED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _read_npy(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+    """A regular file is memory-mapped (read a block at a time later, never copied whole);
+    a pipe's bytes are already in memory."""
+    if isinstance(source, Path) and role == "embeddings":
+        array = np.load(source, mmap_mode="r", allow_pickle=False)
+        if isinstance(array, np.memmap) and array.dtype in _MAPPED_DTYPES and register(array):
+            return array
+        return np.asarray(array)
     return np.load(source, allow_pickle=False)
 
 

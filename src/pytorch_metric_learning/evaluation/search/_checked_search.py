@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..._mapped import row_blocks
 from ..._warnings import warn_external
 from ...errors import BackendOutputError, BackendRuntimeError, PMLError
 from ._spot_check import QUERY_SAMPLE, SpotCheck, diagnose_output, spot_check_knn
@@ -73,13 +74,14 @@ def _row_sums(matrix: torch.Tensor) -> torch.Tensor:
     """Each row's plain sum and its sum with distinct weights per column: the second sees
     values moved within a row (a swap keeps the plain sum)."""
     if not matrix.is_floating_point():
-        return matrix.sum(dim=1)
+        return torch.cat([block.sum(dim=1) for block in row_blocks(matrix)])
     steps = torch.arange(matrix.shape[1], dtype=torch.float64) * 0.6180339887498949
     weights = steps.frac().add(1.0).to(device=matrix.device, dtype=matrix.dtype)
-    weighted = torch.cat(
-        [(block * weights).sum(dim=1) for block in matrix.split(_FINGERPRINT_ROWS)]
-    )
-    return torch.stack([matrix.sum(dim=1), weighted])
+    plain, weighted = [], []
+    for rows in row_blocks(matrix):  # a mapped file block by block, released after each
+        plain.append(rows.sum(dim=1))
+        weighted += [(block * weights).sum(dim=1) for block in rows.split(_FINGERPRINT_ROWS)]
+    return torch.stack([torch.cat(plain), torch.cat(weighted)])
 
 
 # Rows weighted at a time: the temporary product stays small (a few MiB) for any input.

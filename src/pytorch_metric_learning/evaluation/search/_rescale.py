@@ -16,6 +16,7 @@ import warnings
 
 import torch
 
+from ..._mapped import row_blocks
 from ...distances import (
     BaseDistance,
     CosineSimilarity,
@@ -98,8 +99,9 @@ def largest_magnitude(*tensors: torch.Tensor) -> float:
     found = 0.0
     for number, x in enumerate(tensors):
         if x.numel() and not any(x is earlier for earlier in tensors[:number]):
-            low, high = torch.aminmax(x)  # one pass, no copy (abs() would make one)
-            found = max(found, -float(low), float(high))
+            for block in row_blocks(x):  # a mapped file block by block, else x whole
+                low, high = torch.aminmax(block)  # one pass, no copy (abs() would make one)
+                found = max(found, -float(low), float(high))
     return found
 
 

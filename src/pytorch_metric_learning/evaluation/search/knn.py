@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ..._mapped import is_mapped, release
 from ..._threads import adapted_threads, lowered
 from ..._validation import (
     check_finite,
@@ -21,7 +22,7 @@ from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
 from ._compiled_search import sample_first, search_compiled
 from ._progress import SearchProgress
-from ._rescale import Rescaled, rescale
+from ._rescale import Rescaled, _exponent, largest_magnitude, rescale
 from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._tiled_search import (
     NegatedInnerProduct,
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 # Bytes of one tile of distances when the user sets no batch_size.
 TILE_BYTES = 64 * 2**20
+# Bytes of a mapped reference (a memory-mapped .npy file) copied and searched at a time.
+MAPPED_BLOCK_BYTES = 8 * 2**20
 # Whole-row blocks get at least this many query rows (up to 4 * TILE_BYTES): a matrix
 # product with fewer rows re-reads the whole reference too often (measured at 100,000
 # references: 1.94 times the GEMM floor with 167 rows, 1.30 with 671).
@@ -149,6 +152,10 @@ class CustomKNN:
                     rows, torch.arange(len(reference), device=rows.device)
                 )
                 ref_includes_query, search_k = False, search_k - 1
+        if not same and exclusion is None and is_mapped(reference):
+            mapped = self._search_mapped(query, reference, search_k, ref_includes_query)
+            if mapped is not None:
+                return mapped[0][:, :k], mapped[1][:, :k]
         logger.debug(
             "CustomKNN: %d queries, %d references, k=%d, %s",
             len(query),
@@ -176,6 +183,32 @@ class CustomKNN:
             distances, indices = distances.clone(), indices.clone()
             distances[tied, :k], indices[tied, :k] = exact
         return scaled.restore(distances[:, :k], out_dtype), indices[:, :k]
+
+    def _search_mapped(
+        self, query: torch.Tensor, reference: torch.Tensor, k: int, ref_includes_query: bool
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The first ``k`` by (distance, index) of a reference that views a mapped file.
+
+        The reference is searched in blocks of about ``MAPPED_BLOCK_BYTES``, each copied
+        out of the mapping (whose pages are then released) and searched exactly; a row's
+        first ``k`` over the whole reference lie among its blocks' first ``k``, so merging
+        them by (distance, index) is exact. ``None`` when the inputs need rescaling (one
+        scale for all blocks): the whole reference is then searched as given.
+        """
+        if _exponent(largest_magnitude(query, reference)):
+            return None
+        rows = max(1, MAPPED_BLOCK_BYTES // max(1, reference.shape[1] * reference.element_size()))
+        found: tuple[torch.Tensor, torch.Tensor] | None = None
+        for start in range(0, len(reference), rows):
+            view = reference[start : start + rows]
+            block = view.clone()  # the only copy: one block, in the reference's dtype
+            release(view)
+            distances, indices = self(query, min(k, len(block)), block)
+            found = _merge_first_k(found, (distances, indices + start), k, self.distance)
+        assert found is not None  # a checked reference has rows
+        if ref_includes_query:
+            return remove_self_matches(*found)
+        return found
 
     def _exact_rows(
         self,
@@ -414,6 +447,25 @@ def remove_self_matches(
     keep = torch.arange(width - 1, device=indices.device).expand(num_rows, -1)
     keep = keep + (keep >= dropped.unsqueeze(1))  # the columns after the dropped one
     return distances.gather(1, keep), indices.gather(1, keep)
+
+
+def _merge_first_k(
+    found: tuple[torch.Tensor, torch.Tensor] | None,
+    block: tuple[torch.Tensor, torch.Tensor],
+    k: int,
+    distance: BaseDistance,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``k`` by (distance, index) of the neighbours found so far and a later block's.
+
+    Both are ordered by (distance, index) and every index found so far is below the block's,
+    so a stable sort of the distances, found ones first, orders ties by index.
+    """
+    if found is None:
+        return block
+    distances = torch.cat([found[0], block[0]], dim=1)
+    indices = torch.cat([found[1], block[1]], dim=1)
+    order = torch.sort(distances, dim=1, descending=distance.is_inverted, stable=True)[1][:, :k]
+    return distances.gather(1, order), indices.gather(1, order)
 
 
 def _checked_exclusion(exclusion: Exclusion, num_query: int, num_reference: int) -> Exclusion:
