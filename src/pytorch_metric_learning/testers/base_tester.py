@@ -361,15 +361,23 @@ class BaseTester:
             [0, 1, 2]
         """
         num_levels = labels.shape[1]
-        levels = self._requested_levels(list(range(num_levels)))
-        if max(levels) >= num_levels:
-            raise InvalidArgumentError(
-                f"The labels of split {split_name!r} have {num_levels} level(s), so "
-                f"label_hierarchy_level={self.label_hierarchy_level!r} of {self._owner} cannot "
-                f"be evaluated; use levels 0 to {num_levels - 1}, or labels shaped "
-                "(num_samples, num_levels)."
-            )
+        evaluable = self._evaluable_levels(num_levels)
+        levels = self._requested_levels(list(range(evaluable)))
+        if not levels or max(levels) >= evaluable:
+            raise InvalidArgumentError(self._levels_error(num_levels, split_name))
         return levels
+
+    def _evaluable_levels(self, num_levels: int) -> int:
+        """How many of the ``num_levels`` label columns can be evaluated (the first ones)."""
+        return num_levels
+
+    def _levels_error(self, num_levels: int, split_name: str) -> str:
+        return (
+            f"The labels of split {split_name!r} have {num_levels} level(s), so "
+            f"label_hierarchy_level={self.label_hierarchy_level!r} of {self._owner} cannot "
+            f"be evaluated; use levels 0 to {num_levels - 1}, or labels shaped "
+            "(num_samples, num_levels)."
+        )
 
     def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
         """The metrics of one label level, ``{metric: value}``; subclasses define it.

@@ -41,7 +41,7 @@ class WithSameParentLabelTester(BaseTester):
         {'val': {'epoch': 1, 'precision_at_1_level0': 1.0}}
     """
 
-    def label_levels_to_evaluate(self, labels: torch.Tensor, split_name: str) -> list[int]:
+    def _evaluable_levels(self, num_levels: int) -> int:
         """Levels that have a parent column: at most ``num_levels - 2``.
 
         Example:
@@ -50,17 +50,16 @@ class WithSameParentLabelTester(BaseTester):
             >>> tester.label_levels_to_evaluate(torch.zeros(4, 3, dtype=torch.long), "val")
             [0, 1]
         """
-        num_levels = labels.shape[1]
-        levels = self._requested_levels(list(range(num_levels - 1)))
-        if not levels or max(levels) > num_levels - 2:
-            raise InvalidArgumentError(
-                f"{self._owner} needs a parent label column for every evaluated level: with "
-                f"the {num_levels} label level(s) of split {split_name!r}, "
-                f"label_hierarchy_level={self.label_hierarchy_level!r} must be at most "
-                f"{num_levels - 2} (column L + 1 is the parent of level L). Pass labels "
-                "shaped (num_samples, num_levels) with the parents in the next column."
-            )
-        return levels
+        return num_levels - 1
+
+    def _levels_error(self, num_levels: int, split_name: str) -> str:
+        return (
+            f"{self._owner} needs a parent label column for every evaluated level: with "
+            f"the {num_levels} label level(s) of split {split_name!r}, "
+            f"label_hierarchy_level={self.label_hierarchy_level!r} must be at most "
+            f"{num_levels - 2} (column L + 1 is the parent of level L). Pass labels "
+            "shaped (num_samples, num_levels) with the parents in the next column."
+        )
 
     def score_level(self, pair: ScoredPair, level: int) -> dict[str, Any]:
         """Every metric of ``level``, averaged over the parent labels of the queries."""

@@ -293,38 +293,45 @@ def use_points(monkeypatch, *points) -> None:
     monkeypatch.setattr(registry, "entry_points", lambda group: list(points))
 
 
+def loading_error(monkeypatch, entry: tuple[str, str, str], expected: type) -> BaseException:
+    """The error ``load_knn_func`` raises for the one entry point ``(name, target, dist)``."""
+    use_points(monkeypatch, point(*entry))
+    with pytest.raises(expected) as info:
+        load_knn_func(entry[0])
+    return info.value
+
+
 def test_wrong_call_signature_shows_the_expected_one_and_the_distribution(
     monkeypatch, plugin_module
 ) -> None:
-    use_points(monkeypatch, point("wrong", f"{plugin_module}:WrongCall", "pml-wrong"))
-    with pytest.raises(TypeError) as info:
-        load_knn_func("wrong")
-    message = str(info.value)
-    assert isinstance(info.value, errors.BackendDefinitionError)
+    error = loading_error(
+        monkeypatch, ("wrong", f"{plugin_module}:WrongCall", "pml-wrong"), TypeError
+    )
+    message = str(error)
+    assert isinstance(error, errors.BackendDefinitionError)
     assert "pml-wrong" in message and "'wrong'" in message
     assert "(query)" in message
     assert "(query, k, reference=None, ref_includes_query=False)" in message
 
 
 def test_an_instance_named_by_the_entry_point_is_explained(monkeypatch, plugin_module) -> None:
-    use_points(monkeypatch, point("inst", f"{plugin_module}:backend", "pml-inst"))
-    with pytest.raises(errors.BackendDefinitionError, match="pml-inst") as info:
-        load_knn_func("inst")
-    message = str(info.value)
+    entry = ("inst", f"{plugin_module}:backend", "pml-inst")
+    error = loading_error(monkeypatch, entry, errors.BackendDefinitionError)
+    message = str(error)
+    assert "pml-inst" in message
     assert "instance of Backend" in message and "not a factory" in message
-    assert isinstance(info.value, TypeError)
+    assert isinstance(error, TypeError)
 
 
 def test_a_misspelled_module_names_it_and_does_not_say_reinstall(
     monkeypatch, plugin_module
 ) -> None:
-    use_points(monkeypatch, point("typo", f"{plugin_module}_x:Backend", "pml-typo"))
-    with pytest.raises(ImportError) as info:
-        load_knn_func("typo")
-    message = str(info.value)
+    entry = ("typo", f"{plugin_module}_x:Backend", "pml-typo")
+    error = loading_error(monkeypatch, entry, ImportError)
+    message = str(error)
     assert f"{plugin_module}_x" in message and "pml-typo" in message
     assert "misspelled" in message and "Reinstall" not in message
-    assert isinstance(info.value, errors.BackendImportError)
+    assert isinstance(error, errors.BackendImportError)
 
 
 def test_a_misspelled_attribute_names_it_and_suggests_the_right_one(
