@@ -7,6 +7,7 @@ package's shared helpers: nothing of retrieval, clustering, verification or dist
 
 from __future__ import annotations
 
+from ._checked_search import ApproximateSearchWarning
 from ._plugin_proxy import FaissKMeans, FaissKNN
 from .exclusion import Exclusion
 from .knn import CustomKNN, remove_self_matches
@@ -22,6 +23,7 @@ from .registry import (
 )
 
 __all__ = [
+    "ApproximateSearchWarning",
     "CustomKNN",
     "Exclusion",
     "FaissKMeans",
