@@ -17,6 +17,7 @@ CONSTRAINTS = ("-c", "constraints.txt")
 TEST_DEPS = (
     "pytest",
     "pytest-xdist",
+    "pytest-timeout",
     "hypothesis",
     "scikit-learn",
     "scipy",

@@ -144,7 +144,8 @@ def test_an_import_that_never_ends_is_given_up_after_the_limit(
         release.touch()  # let the abandoned import finish
         for thread in threading.enumerate():
             if thread.name.startswith("pml-load-knn-fake_pml_stuck"):
-                thread.join()
+                thread.join(60)
+                assert not thread.is_alive(), "the abandoned import never finished"
     row = _rows(result)["fake_pml_stuck"]
     assert row["status"] == "not ok" and row["error"] == "import took longer than 1.5 s"
     assert "loading 'fake_pml_stuck'" in result.err  # named while it stalled

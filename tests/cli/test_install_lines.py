@@ -103,7 +103,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("needs a git checkout to copy")
     folder = tmp_path_factory.mktemp("clone")
     listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
     ).stdout.decode()
     for name in filter(None, listed.split("\0")):
         if (ROOT / name).is_file():
@@ -112,6 +112,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.timeout(30 * 60)  # several installs of up to 900 s each (run())
 def test_documented_install_lines_work_as_written(clone: Path) -> None:
     steps = list(dict.fromkeys(documented_steps(clone)))  # a repeated line runs once
     first_plugin_step = next(i for i, s in enumerate(steps) if "plugins/faiss" in s)

@@ -173,7 +173,7 @@ def test_a_fifo_is_read(tmp_path: Path) -> None:
     try:
         assert load_embeddings(fifo).tolist() == [[1.0, 2.0], [3.0, 4.0]]
     finally:
-        writer.wait()
+        _end(writer)
 
 
 def test_a_npy_fifo_is_read(tmp_path: Path) -> None:
@@ -186,7 +186,17 @@ def test_a_npy_fifo_is_read(tmp_path: Path) -> None:
     try:
         assert load_embeddings(fifo).tolist() == [[1.5, 2.0]]
     finally:
-        writer.wait()
+        _end(writer)
+
+
+def _end(writer: subprocess.Popen[bytes]) -> None:
+    """Wait for a FIFO's writer; one still blocked (nobody opened the FIFO) is killed."""
+    try:
+        writer.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        writer.kill()
+        writer.wait(timeout=10)
+        raise
 
 
 def test_a_device_is_not_a_regular_file() -> None:

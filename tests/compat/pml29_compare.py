@@ -277,7 +277,7 @@ def main() -> int:
         outputs = {}
         for side, python in (("ours", sys.executable), ("pml29", args.pml29_python)):
             out = str(Path(folder) / f"{side}.json")
-            subprocess.run([python, __file__, "--run", cases_path, out], check=True)
+            subprocess.run([python, __file__, "--run", cases_path, out], check=True, timeout=1800)
             outputs[side] = json.loads(Path(out).read_text())
     skipped: list[str] = []
     found = differences(outputs["ours"], outputs["pml29"], skipped=skipped)

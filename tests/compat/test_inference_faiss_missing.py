@@ -51,7 +51,7 @@ def test_importing_and_searching_without_faiss_imports_no_faiss() -> None:
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.split() == ["False", "False"]
 

@@ -520,6 +520,11 @@ def test_the_environment_is_never_changed() -> None:
         k: v for k, v in os.environ.items() if k not in ("KMP_DUPLICATE_LIB_OK", "OMP_NUM_THREADS")
     }
     result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     assert result.stdout.strip() == "True"

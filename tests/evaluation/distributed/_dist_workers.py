@@ -13,22 +13,15 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from _gloo import join_gloo_group
+from _gloo import join_gloo_group, spawn_ranks
 
 GROUP_TIMEOUT_S = 20
 
 
 def spawn(plan: list[dict[str, Any]], world_size: int, directory: str) -> list[dict[str, Any]]:
     """Run ``plan`` on a fresh gloo group of ``world_size`` CPU processes; results by rank."""
-    plan_path = os.path.join(directory, "plan.pt")
-    torch.save(plan, plan_path)
-    mp.spawn(_main, args=(world_size, directory), nprocs=world_size, join=True)
-    return [
-        torch.load(os.path.join(directory, f"rank{rank}.pt"), weights_only=False)
-        for rank in range(world_size)
-    ]
+    return spawn_ranks(_main, plan, world_size, directory)
 
 
 def shard(rows: torch.Tensor, counts: list[int], rank: int) -> torch.Tensor:

@@ -595,7 +595,7 @@ def test_a_small_first_search_does_not_import_numba() -> None:
         "CustomKNN(LpDistance())(torch.randn(3000, 8), 5)  # above COMPILED_MIN_PAIRS\n"
         "assert 'numba' not in sys.modules, 'numba imported'\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
 

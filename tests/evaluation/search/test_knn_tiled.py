@@ -452,6 +452,7 @@ def test_peak_memory_is_linear_in_n() -> None:
             capture_output=True,
             text=True,
             check=True,
+            timeout=300,
         )
         return int(done.stdout.split()[-1]) / 1024
 

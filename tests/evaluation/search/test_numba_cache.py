@@ -54,7 +54,9 @@ def installed() -> Iterator[dict[str, Path]]:
     root = Path(tempfile.mkdtemp(prefix="pml-readonly-"))
     try:
         venv = root / "venv"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+        )
         python = venv / "bin" / "python"
         _pip(["install", "--no-deps", "--no-index", str(_wheel(root))], python)
         site = Path(_run(python, "import sysconfig; print(sysconfig.get_path('purelib'))"))
@@ -84,7 +86,10 @@ def _wheel(root: Path) -> Path:
 def _pip(arguments: list[str], python: Path | None = None) -> None:
     target = ["--python", str(python)] if python else []
     subprocess.run(
-        [sys.executable, "-m", "pip", *target, "-q", *arguments], check=True, capture_output=True
+        [sys.executable, "-m", "pip", *target, "-q", *arguments],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
 
 
@@ -115,7 +120,7 @@ def _run(python: Path, code: str, env: dict[str, str] | None = None) -> str:
     if AS_ROOT and env is not None:
         command = ["setpriv", f"--inh-caps={NO_OVERRIDE}", f"--bounding-set={NO_OVERRIDE}"]
         command += ["--", str(python), "-c", code]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd="/")
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd="/", timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
 

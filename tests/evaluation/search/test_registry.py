@@ -247,7 +247,9 @@ def test_importing_evaluation_imports_neither_faiss_nor_sklearn() -> None:
         "e.list_knn_backends()\n"
         "print(sorted(m for m in ('faiss', 'sklearn') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -473,7 +475,12 @@ def test_core_name_claim_warns_in_the_first_run_only(tmp_path) -> None:
     env = {**os.environ, "PML_CACHE_DIR": str(tmp_path / "cache")}
     runs = [
         subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
         )
         for _ in range(2)
     ]

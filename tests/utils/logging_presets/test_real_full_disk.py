@@ -37,13 +37,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
         capture_output=True,
+        timeout=60,
     )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode(errors='replace')}")
     try:
         yield mount_point
     finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+        subprocess.run(["umount", "-l", str(mount_point)], check=False, timeout=60)
 
 
 def fill(disk: Path, leave: int) -> Path:
