@@ -26,8 +26,9 @@ def _splits() -> tuple[dict[str, TensorDataset], torch.Tensor]:
     return splits, data
 
 
-def _tester(category_level) -> GlobalEmbeddingSpaceTester:
+def _tester(category_level, **options) -> GlobalEmbeddingSpaceTester:
     tester = GlobalEmbeddingSpaceTester(
+        **options,
         normalize_embeddings=False,
         dataloader_num_workers=0,
         data_device="cpu",
@@ -66,3 +67,23 @@ def test_without_a_category_level_the_keys_are_unchanged():
     splits, _ = _splits()
     found = _tester(None).test(splits, 1, torch.nn.Identity(), splits_to_eval=[("test", ["train"])])
     assert sorted(found["test"]) == ["epoch", "precision_at_1_level0", "r_precision_level0"]
+
+
+@pytest.mark.parametrize(("remap", "keys"), [(False, [5, 7, 9]), (True, [0, 1, 2])])
+def test_category_keys_are_the_categories_after_the_label_mapping(remap, keys):
+    splits, _ = _splits()
+    shifted = {}
+    for name, dataset in splits.items():
+        data, labels = dataset.tensors
+        labels = labels.clone()
+        labels[:, 1] = labels[:, 1] * 2 + 5  # categories 5, 7, 9
+        shifted[name] = TensorDataset(data, labels)
+    every_label = torch.cat([dataset.tensors[1] for dataset in shifted.values()])
+    options = {"set_min_label_to_zero": remap, "dataset_labels": every_label if remap else None}
+    found = _tester(category_level=1, **options).test(
+        shifted, 1, torch.nn.Identity(), splits_to_eval=[("test", ["train"])]
+    )["test"]
+    recorded = sorted(
+        {int(key.split("_category")[1].split("_")[0]) for key in found if "_category" in key}
+    )
+    assert recorded == keys

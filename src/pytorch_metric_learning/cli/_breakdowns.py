@@ -18,7 +18,7 @@ from ..worst_queries import (
     worst_queries_rows,
 )
 from ._output import format_table, say_written
-from .loaders import InputFileError, read_labels
+from .loaders import InputFileError, read_label_like
 
 __all__ = [
     "read_categories",
@@ -35,10 +35,11 @@ __all__ = [
 
 
 def read_categories(source: str | None, num_rows: int) -> list[Any] | None:
-    """One category per query, read like a labels file (ints or names)."""
+    """One category per query, read like a labels file (ints or names; errors name the
+    option)."""
     if source is None:
         return None
-    return list(read_labels(source, num_rows=num_rows).tolist())
+    return list(read_label_like(source, num_rows, "categories", "--query-categories").tolist())
 
 
 WRONG_MARK = " (!)"  # as the overall table marks a metric --k made wrong

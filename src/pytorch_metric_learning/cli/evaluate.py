@@ -41,11 +41,10 @@ from ._paths import check_outputs
 from ._specs import describe_spec
 from ._versions import environment_versions
 from .loaders import (
-    InputFileError,
     check_one_stdin,
     encode_labels,
-    load_array,
     load_embeddings,
+    read_label_like,
     read_labels,
 )
 from .parsers._common import check_ci_options
@@ -119,18 +118,8 @@ def _load_groups(
 
 
 def _read_groups(source: str, option: str, num_rows: int) -> np.ndarray:
-    """One group file: integer ids or names, never bools (as ``get_accuracy`` refuses them);
-    its errors name the option, not "labels"."""
-    try:
-        if load_array(source, "labels").dtype.kind == "b":
-            raise InputFileError(
-                f"The group ids ({option}) in '{source}' must be integers or names. "
-                "Got values of type bool instead."
-            )
-        return read_labels(source, num_rows=num_rows)
-    except InputFileError as error:
-        message = str(error).replace("The labels in", f"The group ids ({option}) in", 1)
-        raise InputFileError(message.replace("a float label", "a float group id")) from None
+    """One group file: integer ids or names (errors name the option, not "labels")."""
+    return read_label_like(source, num_rows, "group ids", option)
 
 
 def _check_group_kinds(query: np.ndarray, reference: np.ndarray) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "load_array",
     "load_embeddings",
     "load_labels",
+    "read_label_like",
     "read_labels",
     "encode_labels",
     "load_match_labels",
@@ -232,6 +233,38 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
             f"{array.dtype} instead."
         )
     return array.astype(str)
+
+
+def read_label_like(source: str | Path, num_rows: int, noun: str, option: str) -> np.ndarray:
+    """Read a file of per-row ids that are not class labels (group ids, categories) as
+    :func:`read_labels` reads labels: integers or names, never bools.
+
+    Its errors say ``noun`` and ``option`` (``"group ids"``, ``"--query-groups"``) where
+    :func:`read_labels` would say "labels"; the file's own name is kept as it is.
+    """
+    what = f"{noun} ({option})"
+    try:
+        if load_array(source, "labels").dtype.kind == "b":
+            raise InputFileError(
+                f"The labels in '{source}' must be integers or names. "
+                "Got values of type bool instead."
+            )
+        return read_labels(source, num_rows=num_rows)
+    except InputFileError as error:
+        raise InputFileError(_renamed(str(error), what, noun)) from None
+
+
+# read_labels' phrases that name what is read, each before the file's quoted name
+_LABEL_PHRASES = ("The labels in ", "The labels file ", "the labels file ")
+
+
+def _renamed(message: str, what: str, noun: str) -> str:
+    """``message`` with each phrase naming labels renamed to ``what``, the float rule's
+    "a float label" to ``noun``'s; the quoted file name is never touched."""
+    for phrase in _LABEL_PHRASES:
+        message = message.replace(phrase, phrase.replace("labels", what), 1)
+    singular = noun[:-1] if noun.endswith("s") else noun
+    return message.replace("a float label ", f"a float {singular} ", 1)
 
 
 def _integral_floats(array: np.ndarray, name: str) -> np.ndarray:

@@ -42,7 +42,8 @@ class GlobalEmbeddingSpaceTester(BaseTester):
     #: A label column holding each sample's category (e.g. Stanford Online Products'
     #: super-category), or None. When set, every metric is also recorded per category of
     #: the queries, under ``<metric>_category<c>_level<L>``, each computed on that
-    #: category's queries alone against the same reference. An attribute, not a
+    #: category's queries alone against the same reference; ``<c>`` is the category after
+    #: the tester's label mapping (``set_min_label_to_zero`` renumbers it). An attribute, not a
     #: constructor option: the constructor's signature is the spec's (2.x's) table.
     category_level: int | None = None
 
