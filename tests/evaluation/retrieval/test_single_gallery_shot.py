@@ -218,7 +218,10 @@ def test_worked_example_by_hand() -> None:
 def test_without_groups_every_candidate_is_drawn_from() -> None:
     generator = torch.Generator().manual_seed(5)
     query, gallery = torch.randn(5, 3, generator=generator), torch.randn(12, 3, generator=generator)
-    ids = (torch.randint(1, 4, (5,), generator=generator), torch.randint(1, 4, (12,), generator=generator))
+    ids = (
+        torch.randint(1, 4, (5,), generator=generator),
+        torch.randint(1, 4, (12,), generator=generator),
+    )
     calculator = AccuracyCalculator(include=CMC_METRICS, k=None)
     result = calculator.get_accuracy(
         query, ids[0], gallery, ids[1], single_gallery_shot=True, return_per_query=True
@@ -246,8 +249,14 @@ def test_one_set_in_two_roles_never_draws_the_query_itself() -> None:
 
 def test_per_category_values_are_the_categories_queries() -> None:
     generator = torch.Generator().manual_seed(9)
-    query, gallery = torch.randn(10, 3, generator=generator), torch.randn(30, 3, generator=generator)
-    ids = (torch.randint(1, 5, (10,), generator=generator), torch.randint(1, 5, (30,), generator=generator))
+    query, gallery = (
+        torch.randn(10, 3, generator=generator),
+        torch.randn(30, 3, generator=generator),
+    )
+    ids = (
+        torch.randint(1, 5, (10,), generator=generator),
+        torch.randint(1, 5, (30,), generator=generator),
+    )
     cams = (torch.zeros(10, dtype=torch.long), torch.randint(0, 2, (30,), generator=generator))
     data = (query, gallery, ids, cams)
     result, _ = evaluate(data, single_gallery_shot=True, query_categories=torch.arange(10) % 2)

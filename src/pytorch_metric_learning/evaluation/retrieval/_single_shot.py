@@ -146,16 +146,33 @@ def _counts_before(
 
 def _poisson_binomial_cdf(chances: torch.Tensor, size: int) -> torch.Tensor:
     """``P(S <= s)`` for ``s < size``, each row's ``S`` the number of successes of
-    independent trials with that row's success chances (truncated recursion, float64)."""
-    used = (chances > 0).any(dim=0).nonzero().flatten()
-    by_trial = chances[:, used].t().contiguous()  # one contiguous row per trial
+    independent trials with that row's success chances (truncated recursion, float64).
+
+    Each row's nonzero chances are moved to its first columns first, so the recursion
+    takes as many steps as the row with the most of them (few, for a good model's early
+    relevant candidates), not one per identity.
+    """
+    by_trial = _nonzero_first(chances).t().contiguous()  # one contiguous row per step
     mass = torch.zeros(size, len(chances), dtype=torch.float64)  # mass[s]: P(S = s)
     mass[0] = 1.0
+    moved = torch.empty(size - 1, len(chances), dtype=torch.float64)
     for chance in by_trial:
-        moved = mass[:-1] * chance
+        torch.mul(mass[:-1], chance, out=moved)
         mass.mul_(1.0 - chance)
         mass[1:] += moved
     return mass.cumsum(dim=0).t()
+
+
+def _nonzero_first(values: torch.Tensor) -> torch.Tensor:
+    """Each row's nonzero values in its first columns (in order), then zeros; as many
+    columns as the row with the most nonzero values."""
+    nonzero = values != 0
+    width = int(nonzero.sum(dim=1).max()) if len(values) else 0
+    column = nonzero.long().cumsum(dim=1) - 1
+    packed = torch.zeros(len(values), width, dtype=values.dtype)
+    rows = torch.arange(len(values)).unsqueeze(1).expand_as(values)
+    packed[rows[nonzero], column[nonzero]] = values[nonzero]
+    return packed
 
 
 def drawn_cmc(

@@ -677,7 +677,9 @@ class AccuracyCalculator:
             )
             ranked = relevance_of(stats, indices, query_labels, None)
             ranked = protocol_relevance(ranked, indices, valid, protocol)
-            single_shot_cmc = _single_shot_cmc(single_shot, functions, stats, indices, valid, ranked)
+            single_shot_cmc = _single_shot_cmc(
+                single_shot, functions, stats, indices, valid, ranked
+            )
             distances, indices, valid = distances[:, :k], indices[:, :k], valid[:, :k]
         needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None
