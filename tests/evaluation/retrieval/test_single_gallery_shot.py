@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.evaluation.retrieval import AccuracyCalculator, cmc_curve
 
+# hypothesis may give the queries cameras that no gallery image has (a warning says so)
+pytestmark = pytest.mark.filterwarnings("ignore:No query group occurs")
 MAX_RANK = 5
 CMC_METRICS = tuple(f"recall_at_{rank}" for rank in range(1, MAX_RANK + 1)) + ("precision_at_1",)
 RANKING_METRICS = (
@@ -134,7 +136,7 @@ def assert_cmc(result, curves, tolerance):
     np.testing.assert_allclose(per_query, np.array(curves)[:, 2], atol=tolerance)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(data=camera_sets())
 def test_expectation_equals_the_enumeration_of_every_draw(data) -> None:
     result, calculator = evaluate(data, single_gallery_shot=True)
@@ -173,7 +175,7 @@ def test_the_mean_of_many_draws_approaches_the_expectation() -> None:
         assert drawn[name] == pytest.approx(exact[name], abs=0.02)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(data=camera_sets(num_gallery=(4, 30)), k=st.sampled_from([None, 1, 3]))
 def test_ranking_metrics_stay_over_every_candidate(data, k) -> None:
     metrics = RANKING_METRICS + CMC_METRICS + ("precision_at_2", "ndcg_at_3")
@@ -183,7 +185,7 @@ def test_ranking_metrics_stay_over_every_candidate(data, k) -> None:
         assert single[name] == market[name] or np.isnan(market[name])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(data=camera_sets(num_gallery=(1, 12), identities=(1, 1)))
 def test_one_image_per_identity_equals_the_market_protocol(data) -> None:
     query, gallery, (query_ids, _), cams = data

@@ -148,19 +148,24 @@ def _poisson_binomial_cdf(chances: torch.Tensor, size: int) -> torch.Tensor:
     """``P(S <= s)`` for ``s < size``, each row's ``S`` the number of successes of
     independent trials with that row's success chances (truncated recursion, float64).
 
-    Each row's nonzero chances are moved to its first columns first, so the recursion
-    takes as many steps as the row with the most of them (few, for a good model's early
-    relevant candidates), not one per identity.
+    Each row's nonzero chances are moved to its first columns and the rows sorted by how
+    many they have, so step ``m`` of the recursion updates only the rows with more than
+    ``m`` (a good model's early relevant candidates have few identities partly ahead).
     """
-    by_trial = _nonzero_first(chances).t().contiguous()  # one contiguous row per step
+    counts = (chances != 0).sum(dim=1)
+    order = counts.argsort(descending=True)
+    by_trial = _nonzero_first(chances[order]).t().contiguous()  # one row per step
+    active = (counts[order].unsqueeze(0) > torch.arange(len(by_trial)).unsqueeze(1)).sum(1)
     mass = torch.zeros(size, len(chances), dtype=torch.float64)  # mass[s]: P(S = s)
     mass[0] = 1.0
-    moved = torch.empty(size - 1, len(chances), dtype=torch.float64)
-    for chance in by_trial:
-        torch.mul(mass[:-1], chance, out=moved)
-        mass.mul_(1.0 - chance)
-        mass[1:] += moved
-    return mass.cumsum(dim=0).t()
+    for chance, rows in zip(by_trial, active.tolist()):
+        chance, part = chance[:rows], mass[:, :rows]
+        moved = part[:-1] * chance
+        part.mul_(1.0 - chance)
+        part[1:] += moved
+    found = torch.empty_like(mass)
+    found[:, order] = mass.cumsum(dim=0)
+    return found.t()
 
 
 def _nonzero_first(values: torch.Tensor) -> torch.Tensor:

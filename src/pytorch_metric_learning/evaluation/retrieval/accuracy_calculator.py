@@ -680,7 +680,8 @@ class AccuracyCalculator:
             single_shot_cmc = _single_shot_cmc(
                 single_shot, functions, stats, indices, valid, ranked
             )
-            distances, indices, valid = distances[:, :k], indices[:, :k], valid[:, :k]
+            # the other metrics see their k; copies, so the full ranking is released
+            distances, indices, valid = (t[:, :k].clone() for t in (distances, indices, valid))
         needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None
         relevance = relevance_of(stats, indices, query_labels, knn_labels, comparison)
