@@ -15,6 +15,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from _camera_sets import camera_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -87,26 +88,6 @@ def drawn_cmc_loop(kept_ids, relevant, max_rank, draws):
     return cmc / draws
 
 
-@st.composite
-def camera_sets(draw, num_gallery=(4, 12), identities=(1, 4)):
-    seed = draw(st.integers(0, 2**31 - 1))
-    generator = torch.Generator().manual_seed(seed)
-    num_query, num_gallery = draw(st.integers(1, 8)), draw(st.integers(*num_gallery))
-    num_ids = draw(st.integers(*identities))
-    cameras = draw(st.integers(1, 3))
-    if draw(st.booleans()):  # small integers: many exact ties
-        query = torch.randint(-2, 3, (num_query, 2), generator=generator).float()
-        gallery = torch.randint(-2, 3, (num_gallery, 2), generator=generator).float()
-    else:
-        query = torch.randn(num_query, 4, generator=generator)
-        gallery = torch.randn(num_gallery, 4, generator=generator)
-    query_ids = torch.randint(1, num_ids + 1, (num_query,), generator=generator)
-    gallery_ids = torch.randint(-1, num_ids + 1, (num_gallery,), generator=generator)
-    query_cams = torch.randint(0, cameras, (num_query,), generator=generator)
-    gallery_cams = torch.randint(0, cameras, (num_gallery,), generator=generator)
-    return query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams)
-
-
 def evaluate(data, metrics=CMC_METRICS, k=None, **options):
     query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams) = data
     calculator = AccuracyCalculator(include=metrics, k=k)
@@ -137,7 +118,7 @@ def assert_cmc(result, curves, tolerance):
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=camera_sets())
+@given(data=camera_sets(num_query=(1, 8), num_gallery=(4, 12), identities=(1, 4)))
 def test_expectation_equals_the_enumeration_of_every_draw(data) -> None:
     result, calculator = evaluate(data, single_gallery_shot=True)
     lists = kept_lists(data[0], data[1], data[2], data[3])
@@ -150,7 +131,10 @@ def test_expectation_equals_the_enumeration_of_every_draw(data) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=camera_sets(num_gallery=(4, 40), identities=(1, 8)), draws=st.integers(1, 12))
+@given(
+    data=camera_sets(num_query=(1, 8), num_gallery=(4, 40), identities=(1, 8)),
+    draws=st.integers(1, 12),
+)
 def test_draws_equal_the_plain_loop_with_the_same_seed(data, draws) -> None:
     lists = kept_lists(data[0], data[1], data[2], data[3])
     np.random.seed(7)
@@ -176,7 +160,7 @@ def test_the_mean_of_many_draws_approaches_the_expectation() -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(data=camera_sets(num_gallery=(4, 30)), k=st.sampled_from([None, 1, 3]))
+@given(data=camera_sets(num_query=(1, 8), num_gallery=(4, 30)), k=st.sampled_from([None, 1, 3]))
 def test_ranking_metrics_stay_over_every_candidate(data, k) -> None:
     metrics = RANKING_METRICS + CMC_METRICS + ("precision_at_2", "ndcg_at_3")
     market, _ = evaluate(data, metrics, k=k)
@@ -186,7 +170,7 @@ def test_ranking_metrics_stay_over_every_candidate(data, k) -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(data=camera_sets(num_gallery=(1, 12), identities=(1, 1)))
+@given(data=camera_sets(num_query=(1, 8), num_gallery=(1, 12), identities=(1, 1)))
 def test_one_image_per_identity_equals_the_market_protocol(data) -> None:
     query, gallery, (query_ids, _), cams = data
     gallery_ids = torch.arange(1, len(gallery) + 1)  # every gallery image its own identity
