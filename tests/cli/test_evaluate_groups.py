@@ -60,6 +60,28 @@ def test_groups_pass_through_to_the_calculator(cli, tmp_path: Path, cameras, suf
     assert record["settings"]["queries_left_out"] == calculator.last_num_queries_left_out
 
 
+def test_single_gallery_shot_passes_through(cli, tmp_path: Path, cameras) -> None:
+    paths = {name: write(tmp_path / f"{name}.npy", array) for name, array in cameras.items()}
+    metrics = "recall_at_1,recall_at_5,mean_average_precision"
+    result = cli(
+        "evaluate", paths["query"], "--labels", paths["labels"],
+        "--reference", paths["reference"], "--reference-labels", paths["ref_labels"],
+        "--query-groups", paths["query_groups"], "--reference-groups", paths["ref_groups"],
+        "--single-gallery-shot", "--metrics", metrics, "--output", "-",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    record = json.loads(result.out)
+    tensors = {name: torch.from_numpy(array) for name, array in cameras.items()}
+    arguments = (tensors["query"], tensors["labels"], tensors["reference"], tensors["ref_labels"])
+    groups = {"query_groups": tensors["query_groups"], "reference_groups": tensors["ref_groups"]}
+    calculator = AccuracyCalculator(include=tuple(metrics.split(",")))
+    expected = calculator.get_accuracy(*arguments, **groups, single_gallery_shot=True)
+    market = calculator.get_accuracy(*arguments, **groups)
+    assert record["metrics"] == pytest.approx(expected)
+    assert record["metrics"]["recall_at_5"] != pytest.approx(market["recall_at_5"])
+    assert record["settings"]["single_gallery_shot"] is True
+
+
 def test_reference_groups_need_query_groups(cli, tmp_path: Path, cameras) -> None:
     paths = {name: write(tmp_path / f"{name}.npy", array) for name, array in cameras.items()}
     result = cli(

@@ -238,7 +238,11 @@ def run(args: argparse.Namespace) -> int:
             _log_setup(inputs, calculator)
             started = time.perf_counter()
             metrics = compute_metrics(
-                calculator, inputs, args.ref_includes_query, args.ci is not None
+                calculator,
+                inputs,
+                args.ref_includes_query,
+                args.ci is not None,
+                single_gallery_shot=args.single_gallery_shot,
             )
     finally:
         calculator_logger.removeFilter(small_k)
@@ -278,6 +282,7 @@ def compute_metrics(
     inputs: EvaluationInputs,
     ref_includes_query: bool,
     return_per_query: bool,
+    single_gallery_shot: bool = False,
 ) -> dict[str, Any]:
     """``calculator.get_accuracy`` on what was read from the files."""
     return calculator.get_accuracy(
@@ -290,6 +295,7 @@ def compute_metrics(
         query_categories=inputs.query_categories,
         query_groups=inputs.query_groups,
         reference_groups=inputs.reference_groups,
+        single_gallery_shot=single_gallery_shot,
     )
 
 
@@ -440,6 +446,7 @@ def _record(
         "query_categories": getattr(args, "query_categories", None),
         "query_groups": getattr(args, "query_groups", None),
         "reference_groups": getattr(args, "reference_groups", None),
+        "single_gallery_shot": bool(getattr(args, "single_gallery_shot", False)),
         "queries_left_out": calculator.last_num_queries_left_out,
         "ref_includes_query": bool(args.ref_includes_query or args.reference is None),
         "num_queries": len(inputs.query),

@@ -208,6 +208,19 @@ def test_roles_are_refused_by_name(one_rank_group) -> None:
         calc.get_accuracy(x, torch.tensor([0, 0]), is_query=torch.tensor([True, True]))
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"single_gallery_shot": True}, {"single_gallery_shot": True, "single_gallery_shot_draws": 3}],
+)
+def test_single_gallery_shot_is_refused_by_name(one_rank_group, options) -> None:
+    calc = DistributedAccuracyCalculator(include=("precision_at_1",))
+    x, labels, groups = torch.tensor([[0.0], [1.0]]), torch.tensor([0, 0]), torch.tensor([0, 1])
+    with pytest.raises(InvalidArgumentError, match="single_gallery_shot"):
+        calc.get_accuracy(
+            x, labels, x, labels, query_groups=groups, reference_groups=groups, **options
+        )
+
+
 def test_groups_need_both_sides(one_rank_group) -> None:
     calc = DistributedAccuracyCalculator(include=("precision_at_1",))
     x = torch.tensor([[0.0], [1.0]])

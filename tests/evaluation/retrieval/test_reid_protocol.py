@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _camera_sets import camera_sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,27 +70,6 @@ def reid_oracle(
         aps.append(float(np.sum(hits / np.arange(1, len(hits) + 1) * relevant) / relevant.sum()))
         inps.append(relevant.sum() / (np.nonzero(relevant)[0].max() + 1))
     return np.mean(cmc, axis=0), np.mean(aps), np.mean(inps), left_out
-
-
-@st.composite
-def camera_sets(draw):
-    seed = draw(st.integers(0, 2**31 - 1))
-    generator = torch.Generator().manual_seed(seed)
-    num_query, num_gallery = draw(st.integers(1, 25)), draw(st.integers(10, 60))
-    identities = draw(st.integers(1, 6))
-    cameras = draw(st.integers(1, 3))
-    integer = draw(st.booleans())  # small integers: many exact ties
-    if integer:
-        query = torch.randint(-2, 3, (num_query, 3), generator=generator).float()
-        gallery = torch.randint(-2, 3, (num_gallery, 3), generator=generator).float()
-    else:
-        query = torch.randn(num_query, 5, generator=generator)
-        gallery = torch.randn(num_gallery, 5, generator=generator)
-    query_ids = torch.randint(1, identities + 1, (num_query,), generator=generator)
-    gallery_ids = torch.randint(-1, identities + 1, (num_gallery,), generator=generator)
-    query_cams = torch.randint(0, cameras, (num_query,), generator=generator)
-    gallery_cams = torch.randint(0, cameras, (num_gallery,), generator=generator)
-    return query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams)
 
 
 @settings(max_examples=60, deadline=None)

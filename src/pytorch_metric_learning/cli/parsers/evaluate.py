@@ -61,6 +61,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--reference-groups", metavar="FILE", help="a group id per --reference row")
     parser.add_argument(
+        "--single-gallery-shot",
+        action="store_true",
+        help="torchreid's CUHK03 single-gallery-shot CMC: recall_at_K and precision_at_1 over "
+        "one candidate per identity drawn at random, as the exact expectation over the draws "
+        "(ranks every candidate); the other metrics stay over all candidates",
+    )
+    parser.add_argument(
         "--metrics",
         type=metric_names(KNOWN_METRICS),
         default=(),

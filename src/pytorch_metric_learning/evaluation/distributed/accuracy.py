@@ -182,6 +182,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
                 "AccuracyCalculator."
             )
         _refuse_protocol({"is_query": arg.is_query, "is_reference": arg.is_reference})
+        _refuse_single_shot(arg.single_gallery_shot, arg.single_gallery_shot_draws)
         options = check_protocol_options(
             arg.query_groups,
             arg.reference_groups,
@@ -459,6 +460,25 @@ def _per_query(
 
 
 _PROTOCOL_OPTIONS = ("is_query", "is_reference")
+
+
+def _refuse_single_shot(single_gallery_shot: Any, draws: Any) -> None:
+    """The single-shot CMC needs every candidate of a query ranked in one place (and the
+    random draws one random state): refuse it by name rather than ignore it."""
+    given = [
+        name
+        for name, value, default in (
+            ("single_gallery_shot", single_gallery_shot, False),
+            ("single_gallery_shot_draws", draws, None),
+        )
+        if value is not default
+    ]
+    if given:
+        raise InvalidArgumentError(
+            f"{_OWNER}.get_accuracy does not compute the single-gallery-shot CMC ({given}) "
+            "across ranks: it ranks every candidate of each query (and draws from one random "
+            "state). Gather the embeddings on one rank and use AccuracyCalculator."
+        )
 
 
 def _refuse_protocol(options: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ import torch
 from ..._validation import check_positive_int
 from ...errors import InvalidArgumentError
 from ._metric_names import per_query_function
+from ._single_shot import single_shot_rank
 from .metrics import first_relevant_rank
 
 __all__ = ["PerQueryValues", "cmc_curve", "collect_per_query", "per_query_values"]
@@ -34,6 +35,9 @@ class PerQueryValues:
             of each query's first relevant neighbour among the retrieved ones, 0 when none
             of them is relevant (the CMC curve, see :meth:`cmc_curve`).
         num_retrieved: Neighbours retrieved per query (candidates, under a protocol).
+        single_shot_cmc: With ``single_gallery_shot``: float64 ``(len(query_indices),
+            max_rank)``, each query's single-shot CMC up to the largest ``recall_at_<K>``
+            selected (which :meth:`cmc_curve` averages); None otherwise.
     """
 
     query_indices: torch.Tensor
@@ -41,6 +45,7 @@ class PerQueryValues:
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     first_relevant_rank: torch.Tensor | None = None
     num_retrieved: int = 0
+    single_shot_cmc: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.query_indices)
@@ -71,6 +76,8 @@ def cmc_curve(per_query: PerQueryValues, max_rank: int) -> torch.Tensor:
         [0.5, 0.5, 1.0]
     """
     max_rank = check_positive_int(max_rank, "max_rank", "cmc_curve")
+    if per_query.single_shot_cmc is not None:
+        return _single_shot_curve(per_query.single_shot_cmc, max_rank)
     ranks = per_query.first_relevant_rank
     if ranks is None:
         raise InvalidArgumentError(
@@ -90,6 +97,19 @@ def cmc_curve(per_query: PerQueryValues, max_rank: int) -> torch.Tensor:
         return torch.full((max_rank,), float("nan"), dtype=torch.float64)
     counts = torch.bincount(ranks[found].clamp_max(max_rank + 1), minlength=max_rank + 2)
     return counts[1 : max_rank + 1].cumsum(0).to(torch.float64).cpu() / len(ranks)
+
+
+def _single_shot_curve(cmc: torch.Tensor, max_rank: int) -> torch.Tensor:
+    """The mean of the queries' single-shot CMC rows, up to ``max_rank``."""
+    if max_rank > cmc.shape[1]:
+        raise InvalidArgumentError(
+            f"The 'max_rank' parameter of cmc_curve must be at most {cmc.shape[1]}, the "
+            f"largest rank of the single-shot CMC computed. Got {max_rank} instead; include "
+            f"recall_at_{max_rank} in the metrics for a curve up to rank {max_rank}."
+        )
+    if len(cmc) == 0:
+        return torch.full((max_rank,), float("nan"), dtype=torch.float64)
+    return cmc[:, :max_rank].mean(dim=0).cpu()
 
 
 def per_query_values(
@@ -117,10 +137,15 @@ def collect_per_query(names: list[str], kwargs: dict[str, Any], block: int) -> P
         return PerQueryValues(empty, query_labels[:0], first_relevant_rank=empty)
     keep = stats.not_lone
     relevance, num_relevant = kwargs["relevance"][keep], stats.num_relevant[keep]
+    single_shot = kwargs.get("single_shot_cmc")
+    single_shot = None if single_shot is None else single_shot[keep]
     values = {}
     for name in names:
         metric = per_query_function(name)
-        if metric is not None:
+        rank = single_shot_rank(name)
+        if single_shot is not None and rank is not None:
+            values[name] = single_shot[:, rank - 1]
+        elif metric is not None:
             values[name] = (
                 per_query_values(metric, relevance, num_relevant, block)
                 if len(relevance)
@@ -132,4 +157,5 @@ def collect_per_query(names: list[str], kwargs: dict[str, Any], block: int) -> P
         values,
         first_relevant_rank(relevance),
         relevance.shape[1],
+        single_shot,
     )

@@ -60,6 +60,13 @@ from ._protocol import (
     protocol_stats,
     split_roles,
 )
+from ._single_shot import (
+    SingleShot,
+    drawn_cmc,
+    expected_cmc,
+    single_shot_option,
+    single_shot_rank,
+)
 
 __all__ = ["AccuracyCalculator", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METRICS"]
 
@@ -397,6 +404,8 @@ class AccuracyCalculator:
         excluded_pairs: torch.Tensor | None = None,
         is_query: torch.Tensor | None = None,
         is_reference: torch.Tensor | None = None,
+        single_gallery_shot: bool = False,
+        single_gallery_shot_draws: int | None = None,
     ) -> dict[str, MetricValue]:
         """Compute the selected metrics.
 
@@ -441,8 +450,16 @@ class AccuracyCalculator:
             is_query, is_reference: Bool flags over one set of embeddings (``query``,
                 with ``reference=None``): which rows are queries and which references
                 (a row may be both; it never retrieves itself).
+            single_gallery_shot: torchreid's CUHK03 single-gallery-shot mode: each query's
+                ``recall_at_K``, ``precision_at_1`` and CMC curve are those of a subset of
+                its candidates holding one per identity, drawn at random; reported as the
+                exact expectation over the draws (no randomness). The other metrics stay
+                over all candidates. Every candidate is ranked (as with ``k=None``).
+            single_gallery_shot_draws: With ``single_gallery_shot``, make this many random
+                draws per query instead (NumPy's global random state, in torchreid's order:
+                the same seed gives torchreid's numbers).
 
-        Under any of the last seven options, a query's relevant references are those
+        Under any of the protocol options above, a query's relevant references are those
         that share its label, are candidates and are not distractors; ``R`` counts them,
         and queries with none are left out of the k-NN metrics and counted (logged, and
         kept in ``last_num_queries_left_out``). Excluded pairs are left out inside the
@@ -468,8 +485,9 @@ class AccuracyCalculator:
         options = ProtocolOptions.of(
             query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
         )
+        single_shot = single_shot_option(single_gallery_shot, single_gallery_shot_draws)
         protocol_inputs = None
-        if roles or options.active:
+        if roles or options.active or single_shot is not None:
             self._check_protocol_allowed()
             check_no_overlap(options)
             protocol_inputs = _protocol_inputs(
@@ -493,6 +511,7 @@ class AccuracyCalculator:
         }
         if protocol_inputs is not None:
             kwargs["protocol_options"] = (options, self_rows)
+            kwargs["single_shot"] = single_shot
         with adapted_threads(len(query) * len(reference), query.device):
             if any(self._uses_knn(name) for name in functions):
                 kwargs.update(self._knn_kwargs(functions, **kwargs))
@@ -646,10 +665,23 @@ class AccuracyCalculator:
                 len(reference) - int(ref_includes_query),
             )
         logger.info("AccuracyCalculator: k=%d neighbours per query (k=%r)", k, self.k)
+        single_shot = kwargs.get("single_shot")
+        single_shot_cmc = None
         if protocol is None:
             distances, indices = self._search(query, k, reference, ref_includes_query)
-        else:
+        elif single_shot is None:
             distances, indices, valid = self._search_excluding(query, k, reference, protocol)
+        else:  # the single-shot draw needs every candidate ranked
+            distances, indices, valid = self._search_excluding(
+                query, len(reference), reference, protocol
+            )
+            ranked = relevance_of(stats, indices, query_labels, None)
+            ranked = protocol_relevance(ranked, indices, valid, protocol)
+            single_shot_cmc = _single_shot_cmc(
+                single_shot, functions, stats, indices, valid, ranked
+            )
+            # the other metrics see their k; copies, so the full ranking is released
+            distances, indices, valid = (t[:, :k].clone() for t in (distances, indices, valid))
         needs_labels = comparison is not None or bool(self._custom_knn_metrics(list(functions)))
         knn_labels = reference_labels[indices] if needs_labels else None
         relevance = relevance_of(stats, indices, query_labels, knn_labels, comparison)
@@ -666,6 +698,7 @@ class AccuracyCalculator:
             "knn_indices": indices,
             "relevance": relevance,
             "label_stats": stats,
+            "single_shot_cmc": single_shot_cmc,
         }
 
     def _neighbours_needed(self, names: list[str], stats: LabelStats, available: int) -> int:
@@ -810,6 +843,9 @@ class AccuracyCalculator:
         if kwargs.get("label_stats") is not None and kwargs.get("relevance") is not None:
             metric = per_query_function(name)
             assert metric is not None  # every built-in k-NN metric has one
+            column = _single_shot_column(single_shot_rank(name), kwargs)
+            if column is not None:
+                return self._averaged(column, kwargs["label_stats"])
             return self._knn_metric(metric, kwargs["relevance"], kwargs["label_stats"])
         if name == "mean_inverse_negative_penalty":
             raise InvalidArgumentError(
@@ -840,6 +876,9 @@ class AccuracyCalculator:
     def _calculate_parametrized(
         self, metric: Callable[..., torch.Tensor], relevance: torch.Tensor, **kwargs: Any
     ) -> MetricValue:
+        column = _single_shot_column(single_shot_rank(getattr(metric, "name", "")), kwargs)
+        if column is not None:
+            return self._averaged(column, kwargs["label_stats"])
         return self._knn_metric(metric, relevance, kwargs["label_stats"])
 
     def _per_query(self, functions: dict[str, Any], kwargs: dict[str, Any]) -> PerQueryValues:
@@ -871,12 +910,54 @@ class AccuracyCalculator:
         if not bool(keep.any()):
             return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
         values = per_query_values(metric, relevance[keep], stats.num_relevant[keep], _METRIC_BLOCK)
+        return self._averaged_values(values, stats)
+
+    def _averaged(self, per_query: torch.Tensor, stats: LabelStats) -> MetricValue:
+        """A metric given per query (every query's row) averaged over the non-lone ones."""
+        keep = stats.not_lone
+        if not bool(keep.any()):
+            return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
+        return self._averaged_values(per_query[keep], stats)
+
+    def _averaged_values(self, values: torch.Tensor, stats: LabelStats) -> MetricValue:
+        """The non-lone queries' values averaged as configured (per class first, or not)."""
+        keep = stats.not_lone
         if not (self.avg_of_avgs or self.return_per_class):
             return metrics.average(values)
         per_class = metrics.average_per_class(values, stats.query_class[keep], stats.num_classes)
         if self.return_per_class:
             return per_class.tolist()
         return metrics.average(per_class)
+
+
+def _single_shot_column(rank: int | None, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """Each query's single-shot CMC at ``rank`` when the call is in that mode, else None."""
+    cmc = kwargs.get("single_shot_cmc")
+    return None if cmc is None or rank is None else cmc[:, rank - 1]
+
+
+def _single_shot_cmc(
+    single_shot: SingleShot,
+    functions: dict[str, Any],
+    stats: LabelStats,
+    indices: torch.Tensor,
+    valid: torch.Tensor,
+    relevance: torch.Tensor,
+) -> torch.Tensor:
+    """Every query's single-shot CMC (zero rows for the left-out queries), up to the
+    largest rank a selected metric asks for, from the ranking of every candidate."""
+    ranks = [single_shot_rank(name) for name in functions]
+    max_rank = max((rank for rank in ranks if rank is not None), default=0)
+    assert stats.reference_keys is not None  # the protocol's plain label equality
+    keep = stats.not_lone
+    identities = torch.where(valid, stats.reference_keys[indices], -1)[keep]
+    if single_shot.draws is None:
+        found = expected_cmc(identities, relevance[keep], max_rank)
+    else:
+        found = drawn_cmc(identities, relevance[keep], max_rank, single_shot.draws)
+    cmc = torch.zeros(len(keep), max_rank, dtype=torch.float64, device=indices.device)
+    cmc[keep] = found.to(indices.device)
+    return cmc
 
 
 def _categories_for_call(
