@@ -25,7 +25,14 @@ __all__ = ["Categories", "check_categories", "category_kwargs"]
 
 OWNER = "AccuracyCalculator.get_accuracy"
 # k-NN outputs with one row per query, sliced with the query.
-_ROW_KEYS = ("knn_labels", "knn_distances", "knn_indices", "relevance", "not_lone_query_mask")
+_ROW_KEYS = (
+    "knn_labels",
+    "knn_distances",
+    "knn_indices",
+    "relevance",
+    "not_lone_query_mask",
+    "knn_values",  # the per-query values of a computation block by block of queries
+)
 
 
 class Categories:
