@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
 from pytorch_metric_learning.evaluation import CustomKNN
-from pytorch_metric_learning.evaluation.retrieval import AccuracyCalculator
+from pytorch_metric_learning.evaluation.retrieval import AccuracyCalculator, _blocked
 
 KNN_METRICS = (
     *AccuracyCalculator().requires_knn(),  # every built-in k-NN metric
@@ -114,6 +115,8 @@ def evaluations(draw):
         "k": draw(st.sampled_from([None, "max_bin_count", 1, 3, 7])),
         "averaging": draw(st.sampled_from(["plain", "avg_of_avgs", "return_per_class"])),
         "budget": draw(st.integers(1, 600)),
+        # reference bytes searched at a time (the default searches these whole)
+        "chunk_bytes": draw(st.sampled_from([_blocked.REFERENCE_CHUNK_BYTES, 1, 24, 100])),
     }
     return call, options
 
@@ -167,7 +170,8 @@ def test_blocked_path_equals_whole_path(evaluation):
     whole_calculator = calculator(options, None)
     whole = whole_calculator.get_accuracy(**call)
     blocked_calculator = calculator(options, options["budget"])
-    blocked = blocked_calculator.get_accuracy(**call)
+    with mock.patch.object(_blocked, "REFERENCE_CHUNK_BYTES", options["chunk_bytes"]):
+        blocked = blocked_calculator.get_accuracy(**call)
     assert_same_results(whole, blocked)
     assert (
         blocked_calculator.last_num_queries_left_out == whole_calculator.last_num_queries_left_out

@@ -11,6 +11,11 @@ whole query finds: a self-search asks for ``k + 1`` and drops each query's own r
 last neighbour when its own row is not among them), as the whole search does; a protocol's
 exclusion is restricted to the block's rows. Memory then follows ``budget`` (the bytes of
 one block's outputs: distances, indices and relevance) instead of ``num_queries x k``.
+
+The compiled search copies its reference once per call (``[-2 r, |r|^2]``); a reference
+larger than ``REFERENCE_CHUNK_BYTES`` is therefore searched in chunks of rows, and each
+chunk's first ``k`` merged by (distance, index), as ``CustomKNN`` merges the blocks of a
+memory-mapped reference: the first ``k`` of the whole lie among the chunks' first ``k``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import torch
 
 from ..search._checked_search import search_knn
 from ..search._excluded_search import search_excluding
-from ..search.knn import remove_self_matches
+from ..search._rescale import _exponent, largest_magnitude
+from ..search.knn import _merge_first_k, remove_self_matches
 from ._categories import subset_stats
 from ._label_stats import LabelComparison, LabelStats, relevance_of
 from ._metric_names import per_query_function
@@ -45,6 +51,9 @@ __all__ = [
 # metrics' temporaries): measured at 30,000 rows and k = 1,000, the call grew by 204, 312
 # and 596 MiB with budgets of 8, 32 and 128 MiB, loading numba (about 100 MiB) included.
 KNN_OUTPUT_BUDGET = 32 * 2**20
+# A reference larger than this is searched in chunks of rows of about this size (without
+# protocol rules, and when the embeddings need no rescaling: one scale for all chunks).
+REFERENCE_CHUNK_BYTES = 64 * 2**20
 # Index and relevance bytes of one neighbour, beside its distance.
 _INDEX_AND_RELEVANCE_BYTES = 8 + 1
 
@@ -90,6 +99,7 @@ class Blocks:
         protocol: The protocol's exclusion and distractors, or None.
         rows: Queries per block.
         caller: Who searches, for messages.
+        reference_rows: Reference rows searched at a time (None: the whole reference).
     """
 
     knn_func: Any
@@ -99,11 +109,24 @@ class Blocks:
     protocol: Protocol | None
     rows: int
     caller: str
+    reference_rows: int | None = None
 
     @staticmethod
     def rows_for(budget: int, k: int, distance_bytes: int) -> int:
         """Queries per block so that one block's outputs stay within ``budget`` bytes."""
         return max(1, budget // max(1, output_bytes(1, k, distance_bytes)))
+
+    @staticmethod
+    def reference_rows_for(
+        query: torch.Tensor, reference: torch.Tensor, protocol: Protocol | None
+    ) -> int | None:
+        """Reference rows per chunk, or None to search the whole reference at once."""
+        row_bytes = max(1, reference.shape[1] * reference.element_size())
+        if protocol is not None or len(reference) * row_bytes <= REFERENCE_CHUNK_BYTES:
+            return None
+        if _exponent(largest_magnitude(query, reference)):
+            return None
+        return max(1, REFERENCE_CHUNK_BYTES // row_bytes)
 
     def count(self) -> int:
         return math.ceil(len(self.query) / self.rows)
@@ -185,13 +208,22 @@ def _block_neighbours(blocks: Blocks, k: int, start: int, stop: int) -> torch.Te
     each query's own row is left out as the whole search leaves it out."""
     query = blocks.query[start:stop]
     if not blocks.ref_includes_query:
-        (_, indices), _ = search_knn(
-            blocks.knn_func, query, k, blocks.reference, False, caller=blocks.caller
-        )
-        return indices
-    (distances, indices), _ = search_knn(
-        blocks.knn_func, query, k + 1, blocks.reference, False, caller=blocks.caller
-    )
+        return _search(blocks, query, k)[1]
+    distances, indices = _search(blocks, query, k + 1)
     # query q's own row is start + q: shifted by -start, it is row q's as remove_self_matches
     # expects (no index of another row becomes q)
     return remove_self_matches(distances, indices - start)[1] + start
+
+
+def _search(blocks: Blocks, query: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``k`` neighbours of ``query`` in the reference, chunk by chunk of it."""
+    reference, step = blocks.reference, blocks.reference_rows or len(blocks.reference)
+    found: tuple[torch.Tensor, torch.Tensor] | None = None
+    for first in range(0, len(reference), step):
+        chunk = reference[first : first + step]
+        (distances, indices), _ = search_knn(
+            blocks.knn_func, query, min(k, len(chunk)), chunk, False, caller=blocks.caller
+        )
+        found = _merge_first_k(found, (distances, indices + first), k, blocks.knn_func.distance)
+    assert found is not None  # a checked reference has rows
+    return found
