@@ -294,3 +294,25 @@ def test_peak_memory_follows_the_budget_not_the_outputs():
     bound = 4 * budget + 3 * 64 * 2**20
     assert found["growth"] <= bound < whole_outputs
     assert 0.0 <= found["precision_at_1"] <= 1.0
+
+
+def share_an_attribute(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a & b).any(dim=-1)
+
+
+@pytest.mark.parametrize("reference_given", [False, True])
+def test_blocks_with_a_custom_label_comparison(reference_given):
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 3, (40, 2), generator=generator).float()
+    attributes = torch.rand(40, 3, generator=generator) < 0.3
+    call = {"query": x, "query_labels": attributes, "return_per_query": True}
+    if reference_given:
+        call.update(query=x[:15], query_labels=attributes[:15])
+        call.update(reference=x[15:], reference_labels=attributes[15:])
+    found = []
+    for budget in (None, 50):
+        calc = AccuracyCalculator(
+            include=KNN_METRICS, label_comparison_fn=share_an_attribute, knn_output_budget=budget
+        )
+        found.append(calc.get_accuracy(**call))
+    assert_same_results(*found)
