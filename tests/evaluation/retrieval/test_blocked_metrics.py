@@ -316,3 +316,32 @@ def test_blocks_with_a_custom_label_comparison(reference_given):
         )
         found.append(calc.get_accuracy(**call))
     assert_same_results(*found)
+
+
+class RecordedProgress:
+    """Stands in for the progress bar: records its total and the pairs counted."""
+
+    made: list[RecordedProgress] = []
+
+    def __init__(self, total: int, description: str = "") -> None:
+        self.total, self.counted = total, 0
+        RecordedProgress.made.append(self)
+
+    def update(self, pairs: int) -> None:
+        self.counted += pairs
+
+    def __enter__(self) -> RecordedProgress:
+        return self
+
+    def __exit__(self, *args) -> None:
+        pass
+
+
+def test_one_progress_bar_counts_every_block():
+    x, labels = clustered(90, 3)
+    RecordedProgress.made.clear()
+    with mock.patch.object(_blocked, "SearchProgress", RecordedProgress):
+        AccuracyCalculator(exclude=("NMI", "AMI"), knn_output_budget=2000).get_accuracy(
+            x[:50], labels[:50], x, labels, ref_includes_query=True
+        )
+    assert [(bar.total, bar.counted) for bar in RecordedProgress.made] == [(50 * 90, 50 * 90)]

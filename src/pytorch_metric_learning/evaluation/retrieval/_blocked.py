@@ -28,6 +28,7 @@ import torch
 
 from ..search._checked_search import search_knn
 from ..search._excluded_search import search_excluding
+from ..search._progress import SearchProgress
 from ..search._rescale import _exponent, largest_magnitude
 from ..search.knn import _merge_first_k, remove_self_matches
 from ._categories import subset_stats
@@ -154,21 +155,36 @@ def blocked_values(
         for name in names
     }
     ranks = torch.zeros(num_queries, dtype=torch.long, device=device)
-    for start in range(0, num_queries, blocks.rows):
-        stop = min(start + blocks.rows, num_queries)
-        relevance = _block_relevance(blocks, k, (start, stop), stats, labels, comparison)
-        ranks[start:stop] = first_relevant_rank(relevance)
-        keep = stats.not_lone[start:stop]
-        if not bool(keep.any()):
-            continue
-        kept, num_relevant = relevance[keep], stats.num_relevant[start:stop][keep]
-        for name in names:
-            metric = per_query_function(name)
-            assert metric is not None  # only built-in and parametrized metrics are blocked
-            block = values[name][start:stop]
-            block[keep] = per_query_values(metric, kept, num_relevant, metric_block)
-        del relevance, kept
+    num_reference = len(blocks.reference)
+    # one bar for the whole call: each block's search may be too short to draw its own
+    with SearchProgress(num_queries * num_reference, "k-NN search in blocks") as progress:
+        for start in range(0, num_queries, blocks.rows):
+            stop = min(start + blocks.rows, num_queries)
+            relevance = _block_relevance(blocks, k, (start, stop), stats, labels, comparison)
+            ranks[start:stop] = first_relevant_rank(relevance)
+            _block_values(values, relevance, stats, (start, stop), metric_block)
+            progress.update((stop - start) * num_reference)
     return BlockedValues(values, ranks, k)
+
+
+def _block_values(
+    values: dict[str, torch.Tensor],
+    relevance: torch.Tensor,
+    stats: LabelStats,
+    bounds: tuple[int, int],
+    metric_block: int,
+) -> None:
+    """Write each metric's values of the block's non-lone queries into ``values``."""
+    start, stop = bounds
+    keep = stats.not_lone[start:stop]
+    if not bool(keep.any()):
+        return
+    kept, num_relevant = relevance[keep], stats.num_relevant[start:stop][keep]
+    for name, found in values.items():
+        metric = per_query_function(name)
+        assert metric is not None  # only built-in and parametrized metrics are blocked
+        block = found[start:stop]
+        block[keep] = per_query_values(metric, kept, num_relevant, metric_block)
 
 
 def _block_relevance(
