@@ -88,9 +88,9 @@ def drawn_cmc_loop(kept_ids, relevant, max_rank, draws):
     return cmc / draws
 
 
-def evaluate(data, metrics=CMC_METRICS, k=None, **options):
+def evaluate(data, metrics=CMC_METRICS, k=None, budget=None, **options):
     query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams) = data
-    calculator = AccuracyCalculator(include=metrics, k=k)
+    calculator = AccuracyCalculator(include=metrics, k=k, knn_output_budget=budget)
     result = calculator.get_accuracy(
         query,
         query_ids,
@@ -167,6 +167,18 @@ def test_ranking_metrics_stay_over_every_candidate(data, k) -> None:
     single, _ = evaluate(data, metrics, k=k, single_gallery_shot=True)
     for name in RANKING_METRICS + ("precision_at_2", "ndcg_at_3"):
         assert single[name] == market[name] or np.isnan(market[name])
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=camera_sets(num_query=(1, 8), num_gallery=(4, 30)), budget=st.integers(1, 200))
+def test_an_output_budget_leaves_single_shot_values_unchanged(data, budget) -> None:
+    metrics = RANKING_METRICS + CMC_METRICS + ("precision_at_2",)
+    whole, _ = evaluate(data, metrics, single_gallery_shot=True)
+    budgeted, _ = evaluate(data, metrics, budget=budget, single_gallery_shot=True)
+    for name in metrics:
+        assert budgeted[name] == whole[name] or (np.isnan(whole[name]) and np.isnan(budgeted[name]))
+    for name, values in whole["per_query"].values.items():
+        torch.testing.assert_close(budgeted["per_query"].values[name], values, equal_nan=True)
 
 
 @settings(max_examples=25, deadline=None)

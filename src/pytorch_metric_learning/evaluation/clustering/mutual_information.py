@@ -27,8 +27,11 @@ __all__ = [
 ]
 
 _EPS = torch.finfo(torch.float64).eps
-# Terms of the expected mutual information evaluated at once (bounds temporary memory).
-_EMI_CHUNK = 1 << 22
+# Terms of the expected mutual information evaluated at once (bounds temporary memory:
+# about a dozen float64 and int64 temporaries of this length are alive at once; measured
+# at 100,000 labels in 100 classes, AMI grew by 431 MiB with 2**22 terms, 43 MiB with 2**18,
+# and took no longer).
+_EMI_CHUNK = 1 << 18
 
 
 class _Contingency(NamedTuple):

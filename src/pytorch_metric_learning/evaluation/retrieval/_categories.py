@@ -32,6 +32,7 @@ _ROW_KEYS = (
     "relevance",
     "not_lone_query_mask",
     "single_shot_cmc",
+    "knn_values",  # the per-query values of a computation block by block of queries
 )
 
 

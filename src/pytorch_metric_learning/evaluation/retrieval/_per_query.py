@@ -136,6 +136,15 @@ def collect_per_query(names: list[str], kwargs: dict[str, Any], block: int) -> P
         empty = torch.zeros(0, dtype=torch.long, device=query_labels.device)
         return PerQueryValues(empty, query_labels[:0], first_relevant_rank=empty)
     keep = stats.not_lone
+    if kwargs.get("knn_values") is not None:  # computed block by block of queries
+        found = kwargs["knn_values"][keep]
+        return PerQueryValues(
+            keep.nonzero().flatten(),
+            query_labels[keep],
+            {name: found.values[name] for name in names if name in found.values},
+            found.first_relevant_rank,
+            found.num_retrieved,
+        )
     relevance, num_relevant = kwargs["relevance"][keep], stats.num_relevant[keep]
     single_shot = kwargs.get("single_shot_cmc")
     single_shot = None if single_shot is None else single_shot[keep]

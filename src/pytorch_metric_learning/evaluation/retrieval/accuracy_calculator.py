@@ -37,6 +37,7 @@ from ..search._spot_check import SpotCheck
 from ..search.knn import CustomKNN
 from ..search.registry import Spec, load_kmeans_func, load_knn_func
 from . import metrics
+from ._blocked import KNN_OUTPUT_BUDGET, Blocks, blocked_values, output_bytes
 from ._calculator_checks import (
     check_device,
     check_has_columns,
@@ -182,6 +183,15 @@ class AccuracyCalculator:
             ``"name"``). Default: ``CustomKNN(LpDistance(normalize_embeddings=False,
             power=2))``, exact squared Euclidean search in tiles sized by a memory budget.
         kmeans_func: A k-means backend spec. Default: :class:`TorchKMeans`.
+        knn_output_budget: Bytes of k-NN outputs (distances, indices and relevance of
+            every query's ``k`` neighbours) one call may hold at once; also the attribute
+            of that name. Above it, the built-in k-NN metrics are computed block by block
+            of queries (each block searched against the whole reference, its per-query
+            values kept, its neighbours dropped), so memory follows the budget rather than
+            ``num_queries x k``; the results are those of the whole outputs. Subclasses'
+            own k-NN metrics, overridden metric methods and backends other than
+            ``CustomKNN`` keep the whole outputs (logged). ``None``: never in blocks.
+            Default: 32 MiB.
 
     Example:
         >>> import torch
@@ -205,6 +215,8 @@ class AccuracyCalculator:
         device: torch.device | str | None = None,
         knn_func: Spec | None = None,
         kmeans_func: Spec | None = None,
+        *,
+        knn_output_budget: int | None = KNN_OUTPUT_BUDGET,
     ) -> None:
         self._all_functions = self._discover_functions()
         self.check_primary_metrics(include, exclude)
@@ -222,6 +234,7 @@ class AccuracyCalculator:
         self.device = check_device(device, OWNER)
         self.knn_func = _default_knn() if knn_func is None else load_knn_func(knn_func)
         self.kmeans_func = TorchKMeans() if kmeans_func is None else load_kmeans_func(kmeans_func)
+        self.knn_output_budget = _check_budget(knn_output_budget)
         # What the spot-check of the last search measured (exact or approximate, recall).
         self.last_knn_check: SpotCheck | None = None
         # Queries of the last get_accuracy left out of the k-NN metrics (no valid relevant
@@ -302,7 +315,7 @@ class AccuracyCalculator:
         """``recall_at_<K>`` and the other families, in the order ``include`` names them."""
         names = [name for name in include if name not in self._all_functions]
         return {
-            name: functools.partial(self._calculate_parametrized, metric)
+            name: functools.partial(self._calculate_parametrized, name, metric)
             for name in dict.fromkeys(names)
             if name not in exclude and (metric := parse_metric_name(name)) is not None
         }
@@ -665,6 +678,20 @@ class AccuracyCalculator:
                 len(reference) - int(ref_includes_query),
             )
         logger.info("AccuracyCalculator: k=%d neighbours per query (k=%r)", k, self.k)
+        found = {
+            "label_counts": (stats.unique_query_labels, stats.match_counts),
+            "lone_query_labels": _lone_labels(stats),
+            "not_lone_query_mask": not_lone,
+            "label_stats": stats,
+        }
+        blocks = self._blocks(functions, kwargs, k, protocol)
+        if blocks is not None:
+            self.last_knn_check = None
+            labels = (query_labels, reference_labels)
+            names = [name for name in functions if per_query_function(name) is not None]
+            values = blocked_values(blocks, k, names, stats, labels, comparison, _METRIC_BLOCK)
+            empty = {key: None for key in ("knn_labels", "knn_distances", "knn_indices")}
+            return {**found, **empty, "relevance": None, "knn_values": values}
         single_shot = kwargs.get("single_shot")
         single_shot_cmc = None
         if protocol is None:
@@ -687,19 +714,70 @@ class AccuracyCalculator:
         relevance = relevance_of(stats, indices, query_labels, knn_labels, comparison)
         if protocol is not None:
             relevance = protocol_relevance(relevance, indices, valid, protocol)
-        lone_classes = torch.zeros(stats.num_classes, dtype=torch.bool, device=not_lone.device)
-        lone_classes[stats.query_class[~not_lone]] = True
         return {
-            "label_counts": (stats.unique_query_labels, stats.match_counts),
-            "lone_query_labels": stats.unique_query_labels[lone_classes],
-            "not_lone_query_mask": not_lone,
+            **found,
             "knn_labels": knn_labels,
             "knn_distances": distances,
             "knn_indices": indices,
             "relevance": relevance,
-            "label_stats": stats,
             "single_shot_cmc": single_shot_cmc,
         }
+
+    def _blocks(
+        self, functions: dict[str, Any], kwargs: dict[str, Any], k: int, protocol: Any
+    ) -> Blocks | None:
+        """How to compute the k-NN metrics block by block of queries, or None for the whole
+        outputs (within ``knn_output_budget``, or not exact in blocks: logged)."""
+        query, reference = kwargs["query"], kwargs["reference"]
+        distance_bytes = query.element_size()
+        budget = self.knn_output_budget
+        if budget is None or output_bytes(len(query), k, distance_bytes) <= budget:
+            return None
+        reason = self._whole_outputs_reason(list(functions), kwargs)
+        if reason:
+            logger.info(
+                "AccuracyCalculator: the k-NN outputs (%d queries x k=%d) exceed "
+                "knn_output_budget (%d bytes), but %s: computing from the whole outputs.",
+                len(query),
+                k,
+                budget,
+                reason,
+            )
+            return None
+        blocks = Blocks(
+            self.knn_func,
+            query,
+            reference,
+            kwargs["ref_includes_query"],
+            protocol,
+            Blocks.rows_for(budget, k, distance_bytes),
+            OWNER,
+            Blocks.reference_rows_for(query, reference, protocol),
+        )
+        logger.info(
+            "AccuracyCalculator: k-NN metrics in %d blocks of %d queries (knn_output_budget "
+            "%d bytes)",
+            blocks.count(),
+            blocks.rows,
+            budget,
+        )
+        return blocks
+
+    def _whole_outputs_reason(self, names: list[str], kwargs: dict[str, Any]) -> str:
+        """Why the k-NN metrics need every query's neighbours at once ("" when they don't)."""
+        if kwargs.get("single_shot") is not None:
+            return "single_gallery_shot ranks every candidate of each query"
+        custom = self._custom_knn_metrics(names)
+        if custom:
+            return f"the metrics {custom} are not built in (they take the whole knn_labels)"
+        if type(self.knn_func) is not CustomKNN:
+            return "the knn_func is not CustomKNN"
+        overridden = [
+            name for name in ("_get_accuracy", "_knn_kwargs") if _overrides(type(self), name)
+        ]
+        if overridden:
+            return f"the subclass overrides {overridden}"
+        return ""
 
     def _neighbours_needed(self, names: list[str], stats: LabelStats, available: int) -> int:
         """The most neighbours any selected k-NN metric needs, clamped to the reference."""
@@ -840,6 +918,8 @@ class AccuracyCalculator:
         self, name: str, arguments: dict[str, Any], kwargs: dict[str, Any]
     ) -> MetricValue:
         """One built-in k-NN metric, from get_accuracy's statistics or from 2.x arguments."""
+        if kwargs.get("label_stats") is not None and kwargs.get("knn_values") is not None:
+            return self._averaged(kwargs["knn_values"].values[name], kwargs["label_stats"])
         if kwargs.get("label_stats") is not None and kwargs.get("relevance") is not None:
             metric = per_query_function(name)
             assert metric is not None  # every built-in k-NN metric has one
@@ -874,11 +954,18 @@ class AccuracyCalculator:
         )
 
     def _calculate_parametrized(
-        self, metric: Callable[..., torch.Tensor], relevance: torch.Tensor, **kwargs: Any
+        self,
+        name: str,
+        metric: Callable[..., torch.Tensor],
+        relevance: torch.Tensor | None,
+        **kwargs: Any,
     ) -> MetricValue:
         column = _single_shot_column(single_shot_rank(getattr(metric, "name", "")), kwargs)
         if column is not None:
             return self._averaged(column, kwargs["label_stats"])
+        if kwargs.get("knn_values") is not None:
+            return self._averaged(kwargs["knn_values"].values[name], kwargs["label_stats"])
+        assert relevance is not None  # get_accuracy gives one or the other
         return self._knn_metric(metric, relevance, kwargs["label_stats"])
 
     def _per_query(self, functions: dict[str, Any], kwargs: dict[str, Any]) -> PerQueryValues:
@@ -908,19 +995,23 @@ class AccuracyCalculator:
         """Apply a per-query metric to the non-lone queries and average as configured."""
         keep = stats.not_lone
         if not bool(keep.any()):
-            return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
+            return self._no_value(stats)
         values = per_query_values(metric, relevance[keep], stats.num_relevant[keep], _METRIC_BLOCK)
-        return self._averaged_values(values, stats)
+        return self._average_kept(values, stats)
 
-    def _averaged(self, per_query: torch.Tensor, stats: LabelStats) -> MetricValue:
-        """A metric given per query (every query's row) averaged over the non-lone ones."""
+    def _averaged(self, values: torch.Tensor, stats: LabelStats) -> MetricValue:
+        """The average of per-query values (one per query, NaN for left-out queries)."""
         keep = stats.not_lone
         if not bool(keep.any()):
-            return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
-        return self._averaged_values(per_query[keep], stats)
+            return self._no_value(stats)
+        return self._average_kept(values[keep], stats)
 
-    def _averaged_values(self, values: torch.Tensor, stats: LabelStats) -> MetricValue:
-        """The non-lone queries' values averaged as configured (per class first, or not)."""
+    def _no_value(self, stats: LabelStats) -> MetricValue:
+        """NaN (per class with ``return_per_class``): every query was left out."""
+        return [float("nan")] * stats.num_classes if self.return_per_class else float("nan")
+
+    def _average_kept(self, values: torch.Tensor, stats: LabelStats) -> MetricValue:
+        """The non-lone queries' values averaged as configured."""
         keep = stats.not_lone
         if not (self.avg_of_avgs or self.return_per_class):
             return metrics.average(values)
@@ -958,6 +1049,13 @@ def _single_shot_cmc(
     cmc = torch.zeros(len(keep), max_rank, dtype=torch.float64, device=indices.device)
     cmc[keep] = found.to(indices.device)
     return cmc
+
+
+def _lone_labels(stats: LabelStats) -> torch.Tensor:
+    """The distinct labels of the queries left out of the k-NN metrics."""
+    lone_classes = torch.zeros(stats.num_classes, dtype=torch.bool, device=stats.not_lone.device)
+    lone_classes[stats.query_class[~stats.not_lone]] = True
+    return stats.unique_query_labels[lone_classes]
 
 
 def _categories_for_call(
@@ -1004,6 +1102,17 @@ def _overrides(cls: type, attribute: str) -> bool:
 
 def _default_knn() -> CustomKNN:
     return CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+
+
+def _check_budget(budget: Any) -> int | None:
+    expected = "a positive int (bytes) or None"
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise invalid("knn_output_budget", OWNER, expected, budget, InvalidTypeError)
+    if budget < 1:
+        raise invalid("knn_output_budget", OWNER, expected, budget)
+    return int(budget)
 
 
 def _check_k(k: Any) -> int | str | None:

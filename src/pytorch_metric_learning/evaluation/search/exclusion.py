@@ -255,6 +255,23 @@ class Exclusion:
         copy._rules = [*self._rules, self._same_key_rule(query_keys, reference_keys)]
         return copy
 
+    def query_rows(self, start: int, stop: int) -> Exclusion:
+        """The rules of the query rows ``start:stop`` alone, for a search of that block of
+        the query against the same reference (query ``start + q`` becomes row ``q``).
+
+        Example:
+            >>> rule = Exclusion(3, 3, pairs=torch.tensor([[2, 1]]))
+            >>> [pair.tolist() for pair in rule.query_rows(1, 3).pairs_of(torch.tensor([1]))]
+            [[0], [1]]
+        """
+        copy = self._copy()
+        copy.num_query = len(range(self.num_query)[start:stop])
+        copy._rules = [
+            _KeyRule(rule.query_keys[start:stop], rule.sorted_keys, rule.targets)
+            for rule in self._rules
+        ]
+        return copy
+
     def reordered(self, order: torch.Tensor) -> Exclusion:
         """The same rules for a search whose reference rows are ``reference[order]``."""
         position = torch.empty_like(order)
