@@ -18,7 +18,14 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-__all__ = ["MAPPED_BLOCK_ROWS", "is_mapped", "register", "release", "row_blocks"]
+__all__ = [
+    "MAPPED_BLOCK_ROWS",
+    "copy_by_blocks",
+    "is_mapped",
+    "register",
+    "release",
+    "row_blocks",
+]
 
 # Rows per block of a pass over a mapped tensor: a few MiB resident at a time.
 MAPPED_BLOCK_ROWS = 16_384
@@ -83,3 +90,14 @@ def row_blocks(tensor: torch.Tensor, rows: int = MAPPED_BLOCK_ROWS) -> Iterator[
         yield block
         if block.is_contiguous():
             release(block)
+
+
+def copy_by_blocks(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A copy of ``tensor`` as ``dtype``, filled a block at a time: a mapped tensor's pages
+    are given back after each block, so they are never all resident next to the copy."""
+    copy = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
+    start = 0
+    for block in row_blocks(tensor):
+        copy[start : start + len(block)] = block
+        start += len(block)
+    return copy
