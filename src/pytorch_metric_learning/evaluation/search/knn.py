@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..._mapped import copy_by_blocks, is_mapped, release
+from ..._mapped import copy_by_blocks, is_mapped, release, trim_heap
 from ..._threads import adapted_threads, lowered
 from ..._validation import (
     check_finite,
@@ -211,6 +211,8 @@ class CustomKNN:
             release(view)
             distances, indices = self(query, min(k, len(block)), block)
             found = _merge_first_k(found, (distances, indices + start), k, self.distance)
+            del block, distances, indices
+            trim_heap()  # the block's freed temporaries leave the C heap (see _mapped)
         assert found is not None  # a checked reference has rows
         if ref_includes_query:
             return remove_self_matches(*found)
