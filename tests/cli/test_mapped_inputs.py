@@ -203,16 +203,20 @@ def test_a_non_finite_float16_file_is_refused_by_name(tmp_path: Path) -> None:
         load_embeddings(tmp_path / "h.npy", keep_float16=True)
 
 
+@pytest.mark.parametrize("includes_query", [False, True])
 def test_cli_metrics_of_float16_files_equal_those_of_their_float32_values(
-    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, includes_query: bool
 ) -> None:
     rng = np.random.default_rng(4)
     reference = rng.standard_normal((500, 4)).astype(np.float16)
     query = rng.standard_normal((40, 4)).astype(np.float16)
+    reference_labels = rng.integers(0, 5, 500)
+    query_labels = reference_labels[:40] if includes_query else rng.integers(0, 5, 40)
+    if includes_query:
+        reference[:40] = query
     arrays = {
         "q16": query, "q32": query.astype(np.float32), "g16": reference,
-        "g32": reference.astype(np.float32), "ql": rng.integers(0, 5, 40),
-        "gl": rng.integers(0, 5, 500),
+        "g32": reference.astype(np.float32), "ql": query_labels, "gl": reference_labels,
     }  # fmt: skip
     for name, array in arrays.items():
         np.save(tmp_path / f"{name}.npy", array)
@@ -222,7 +226,7 @@ def test_cli_metrics_of_float16_files_equal_those_of_their_float32_values(
         result: Result = cli(
             "evaluate", tmp_path / f"q{bits}.npy", "--labels", tmp_path / "ql.npy",
             "--reference", tmp_path / f"g{bits}.npy", "--reference-labels",
-            tmp_path / "gl.npy", "--output", "-",
+            tmp_path / "gl.npy", "--output", "-", *(["--ref-includes-query"] * includes_query),
         )  # fmt: skip
         assert result.code == 0, result.err
         outputs.append(json.loads(result.out)["metrics"])
