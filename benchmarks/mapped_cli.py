@@ -51,24 +51,27 @@ def write_gallery(folder: Path, rows: int, dims: int, dtype: str, classes: int) 
     return path
 
 
-def peak_of_evaluate(folder: Path, query: Path, rows: int, dtype: str) -> tuple[float, float]:
-    """``(peak MiB, seconds)`` of one ``pml-eval evaluate`` in a fresh process."""
+def peak_of_evaluate(
+    folder: Path, query: Path, rows: int, dtype: str, options: tuple[str, ...] = (), **env: str
+) -> tuple[float, float]:
+    """``(peak MiB, seconds)`` of one ``pml-eval evaluate`` in a fresh process, with more
+    ``options`` and environment variables ``env``."""
     argv = [
         "evaluate", query, "--labels", folder / "ql.npy",
         "--reference", folder / f"g{rows}_{dtype}.npy",
-        "--reference-labels", folder / f"gl{rows}.npy",
+        "--reference-labels", folder / f"gl{rows}.npy", *options,
     ]  # fmt: skip
     start = time.perf_counter()
     completed = subprocess.run(
         [sys.executable, "-c", CHILD, *map(str, argv)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PML_DISABLE_PROGRESS": "1"},
+        env={**os.environ, "PML_DISABLE_PROGRESS": "1", **env},
         timeout=3600,
     )
     seconds = time.perf_counter() - start
     if completed.returncode != 0:
-        raise SystemExit(completed.stderr)
+        raise RuntimeError(f"pml-eval evaluate failed: {completed.stderr}")
     line = [x for x in completed.stderr.splitlines() if x.startswith("PEAK_KIB")][-1]
     return int(line.split()[1]) / 1024, seconds
 

@@ -42,15 +42,19 @@ def _mapped_tensor(path: Path, array: np.ndarray) -> torch.Tensor:
     return tensor
 
 
+# sizes of a search of a mapped reference in blocks of block_rows rows
+SEARCH_SIZES = {
+    "rows": st.integers(1, 40),
+    "queries": st.integers(1, 6),
+    "k": st.integers(1, 8),
+    "block_rows": st.integers(1, 9),
+    "includes_query": st.booleans(),
+    "seed": st.integers(0, 2**16),
+}
+
+
 @settings(max_examples=25, deadline=None)
-@given(
-    rows=st.integers(1, 40),
-    queries=st.integers(1, 6),
-    k=st.integers(1, 8),
-    block_rows=st.integers(1, 9),
-    includes_query=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
+@given(**SEARCH_SIZES)
 def test_a_mapped_reference_gives_the_exact_first_k_ties_by_index(
     tmp_path_factory: pytest.TempPathFactory,
     rows: int,
@@ -136,15 +140,7 @@ DISTANCES = [
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    rows=st.integers(1, 40),
-    queries=st.integers(1, 6),
-    k=st.integers(1, 8),
-    block_rows=st.integers(1, 9),
-    distance=st.sampled_from(DISTANCES),
-    includes_query=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
+@given(**SEARCH_SIZES, distance=st.sampled_from(DISTANCES))
 def test_a_mapped_float16_reference_is_searched_as_its_float32_values_bit_for_bit(
     tmp_path_factory: pytest.TempPathFactory,
     rows: int,
