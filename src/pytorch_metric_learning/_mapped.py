@@ -14,7 +14,7 @@ distances, its top-k) before the next block allocates the same again. glibc's ma
 keeps freed chunks of up to 32 MiB in its arenas instead of unmapping them (its mmap
 threshold rises to the size of the largest chunk freed), and the blocks' temporaries,
 spread over the arenas of several threads, left RSS growing by block: a 1,000,000-row
-gallery peaked 100 to 460 MiB above the same search with a fixed threshold, varying run to
+gallery peaked 90 to 210 MiB above the same search with a fixed threshold, varying run to
 run. :func:`trim_heap` (``malloc_trim(0)``) hands that free memory back after each block.
 """
 
