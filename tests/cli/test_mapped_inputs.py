@@ -180,7 +180,7 @@ def test_a_mapped_float16_reference_is_searched_as_its_float32_values_bit_for_bi
         np.testing.assert_allclose(found[0].numpy(), plain, rtol=1e-5, atol=1e-5)
 
 
-def test_a_float16_file_is_read_as_float32_a_block_at_a_time(tmp_path: Path) -> None:
+def test_a_float16_file_is_read_as_float32_unless_kept_on_its_mapping(tmp_path: Path) -> None:
     half = np.random.default_rng(1).standard_normal((40_000, 3)).astype(np.float16)
     np.save(tmp_path / "h.npy", half)
     loaded = load_embeddings(tmp_path / "h.npy")
