@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pytorch_metric_learning import _mapped
 from pytorch_metric_learning.cli.loaders import load_embeddings
-from pytorch_metric_learning.distances import CosineSimilarity, LpDistance
+from pytorch_metric_learning.distances import CosineSimilarity, DotProductSimilarity, LpDistance
 from pytorch_metric_learning.evaluation import CustomKNN
 from pytorch_metric_learning.evaluation.retrieval.accuracy_calculator import AccuracyCalculator
 from pytorch_metric_learning.evaluation.search import knn as knn_module
@@ -42,15 +42,19 @@ def _mapped_tensor(path: Path, array: np.ndarray) -> torch.Tensor:
     return tensor
 
 
+# sizes of a search of a mapped reference in blocks of block_rows rows
+SEARCH_SIZES = {
+    "rows": st.integers(1, 40),
+    "queries": st.integers(1, 6),
+    "k": st.integers(1, 8),
+    "block_rows": st.integers(1, 9),
+    "includes_query": st.booleans(),
+    "seed": st.integers(0, 2**16),
+}
+
+
 @settings(max_examples=25, deadline=None)
-@given(
-    rows=st.integers(1, 40),
-    queries=st.integers(1, 6),
-    k=st.integers(1, 8),
-    block_rows=st.integers(1, 9),
-    includes_query=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
+@given(**SEARCH_SIZES)
 def test_a_mapped_reference_gives_the_exact_first_k_ties_by_index(
     tmp_path_factory: pytest.TempPathFactory,
     rows: int,
@@ -125,3 +129,101 @@ def test_a_non_finite_mapped_file_is_refused_by_name(tmp_path: Path) -> None:
     np.save(tmp_path / "g.npy", array)
     with pytest.raises(ValueError, match="g.npy.*NaN or infinite"):
         load_embeddings(tmp_path / "g.npy")
+
+
+DISTANCES = [
+    LpDistance(normalize_embeddings=False, power=2),
+    LpDistance(normalize_embeddings=False),
+    CosineSimilarity(),
+    DotProductSimilarity(),
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(**SEARCH_SIZES, distance=st.sampled_from(DISTANCES))
+def test_a_mapped_float16_reference_is_searched_as_its_float32_values_bit_for_bit(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: int,
+    queries: int,
+    k: int,
+    block_rows: int,
+    distance: LpDistance | CosineSimilarity | DotProductSimilarity,
+    includes_query: bool,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    half = rng.standard_normal((rows, 3)).astype(np.float16)
+    queries = min(queries, rows) if includes_query else queries
+    query = half[:queries] if includes_query else rng.standard_normal((queries, 3))
+    query_32 = torch.from_numpy(query.astype(np.float16).astype(np.float32))
+    k = min(k, rows - 1 if includes_query else rows)
+    if k < 1:
+        return
+    folder = tmp_path_factory.mktemp("g")
+    np.save(folder / "half.npy", half)
+    mapped_half = load_embeddings(folder / "half.npy", keep_float16=True)
+    assert mapped_half.dtype == torch.float16 and _mapped.is_mapped(mapped_half)
+    mapped_32 = _mapped_tensor(folder / "single.npy", half.astype(np.float32))
+    knn = CustomKNN(distance)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(knn_module, "MAPPED_BLOCK_BYTES", block_rows * 3 * 4)
+        found = knn(query_32, k, mapped_half, includes_query)
+        expected = knn(query_32, k, mapped_32, includes_query)
+    assert found[0].dtype == torch.float32
+    assert torch.equal(found[0], expected[0]) and torch.equal(found[1], expected[1])
+    if distance.power == 2 and not distance.is_inverted and not distance.normalize_embeddings:
+        oracle = _oracle(query_32.numpy(), half.astype(np.float32), k, includes_query)
+        plain = np.sort(
+            [[((q - half[j].astype(np.float64)) ** 2).sum() for j in row] for q, row in
+             zip(query_32.numpy().astype(np.float64), oracle)], axis=1
+        )  # fmt: skip
+        np.testing.assert_allclose(found[0].numpy(), plain, rtol=1e-5, atol=1e-5)
+
+
+def test_a_float16_file_is_read_as_float32_unless_kept_on_its_mapping(tmp_path: Path) -> None:
+    half = np.random.default_rng(1).standard_normal((40_000, 3)).astype(np.float16)
+    np.save(tmp_path / "h.npy", half)
+    loaded = load_embeddings(tmp_path / "h.npy")
+    assert loaded.dtype == torch.float32 and not _mapped.is_mapped(loaded)
+    np.testing.assert_array_equal(loaded.numpy(), half.astype(np.float32))
+    kept = load_embeddings(tmp_path / "h.npy", keep_float16=True)
+    assert kept.dtype == torch.float16 and _mapped.is_mapped(kept)
+    np.testing.assert_array_equal(kept.numpy(), half)
+
+
+def test_a_non_finite_float16_file_is_refused_by_name(tmp_path: Path) -> None:
+    array = np.zeros((50_000, 2), dtype=np.float16)
+    array[-1, 0] = np.inf  # in the last block
+    np.save(tmp_path / "h.npy", array)
+    with pytest.raises(ValueError, match="h.npy.*NaN or infinite"):
+        load_embeddings(tmp_path / "h.npy", keep_float16=True)
+
+
+@pytest.mark.parametrize("includes_query", [False, True])
+def test_cli_metrics_of_float16_files_equal_those_of_their_float32_values(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, includes_query: bool
+) -> None:
+    rng = np.random.default_rng(4)
+    reference = rng.standard_normal((500, 4)).astype(np.float16)
+    query = rng.standard_normal((40, 4)).astype(np.float16)
+    reference_labels = rng.integers(0, 5, 500)
+    query_labels = reference_labels[:40] if includes_query else rng.integers(0, 5, 40)
+    if includes_query:
+        reference[:40] = query
+    arrays = {
+        "q16": query, "q32": query.astype(np.float32), "g16": reference,
+        "g32": reference.astype(np.float32), "ql": query_labels, "gl": reference_labels,
+    }  # fmt: skip
+    for name, array in arrays.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    monkeypatch.setattr(knn_module, "MAPPED_BLOCK_BYTES", 64 * 4 * 4)  # 8 blocks
+    outputs = []
+    for bits in ("16", "32"):
+        result: Result = cli(
+            "evaluate", tmp_path / f"q{bits}.npy", "--labels", tmp_path / "ql.npy",
+            "--reference", tmp_path / f"g{bits}.npy", "--reference-labels",
+            tmp_path / "gl.npy", "--output", "-", *(["--ref-includes-query"] * includes_query),
+        )  # fmt: skip
+        assert result.code == 0, result.err
+        outputs.append(json.loads(result.out)["metrics"])
+    assert outputs[0] == outputs[1]

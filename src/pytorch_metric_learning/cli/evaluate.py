@@ -88,18 +88,30 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     raw = [read_labels(args.labels, num_rows=len(query))]
     reference = None
     if args.reference is not None:
-        reference = load_embeddings(args.reference)
+        reference = load_embeddings(args.reference, keep_float16=_streams_float16(args, query))
         _check_widths(query, reference, args)
         raw.append(read_labels(args.reference_labels, num_rows=len(reference)))
     labels, names = encode_labels(*raw)
     reference_labels = labels[1] if reference is not None else None
-    if reference is not None and reference.dtype != query.dtype:
+    if reference is not None and reference.dtype not in (query.dtype, torch.float16):
         reference = reference.to(torch.promote_types(query.dtype, reference.dtype))
         query = query.to(reference.dtype)
     categories = read_categories(getattr(args, "query_categories", None), len(query))
     inputs = EvaluationInputs(query, labels[0], reference, reference_labels, names, categories)
     inputs.query_groups, inputs.reference_groups = _load_groups(args, len(query), reference)
     return inputs
+
+
+def _streams_float16(args: argparse.Namespace, query: torch.Tensor) -> bool:
+    """Whether a float16 ``.npy`` reference stays float16 on its memory mapping: the exact
+    ``custom`` search on the CPU converts each block to float32 as it searches it (exactly,
+    so the results are those of the float32 values). Other backends and devices, and a
+    float64 query, get the reference converted."""
+    spec = getattr(args, "knn", None)
+    name = spec.get("name") if isinstance(spec, dict) else spec
+    device = getattr(args, "device", None)
+    cpu = device is None or str(device) == "cpu"
+    return cpu and name in (None, "custom") and query.dtype == torch.float32
 
 
 def _load_groups(

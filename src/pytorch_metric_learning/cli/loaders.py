@@ -31,7 +31,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from .._mapped import register, row_blocks
+from .._mapped import copy_by_blocks, register, row_blocks
 from ..errors import InvalidArgumentError
 from ._csv_reader import EXACT_FLOAT, CsvError, float_label_message, parse_csv
 from ._errors import UsageError
@@ -171,11 +171,19 @@ def _sniffed(data: bytes, path: Path, role: str) -> tuple[IO[bytes], str]:
     return io.BytesIO(data), ".csv"
 
 
-def load_embeddings(source: str | Path) -> torch.Tensor:
+def load_embeddings(source: str | Path, *, keep_float16: bool = False) -> torch.Tensor:
     """Read a 2-D array of finite numbers as a tensor ``(rows, dims)``.
 
     float64 arrays stay float64, and so do a CSV's decimal numbers (each the float64
     nearest its text, as ``.npy`` would hold it); every other number type becomes float32.
+
+    Args:
+        source: ``FILE`` or ``FILE:KEY``.
+        keep_float16: Return a float16 ``.npy`` file as the float16 tensor that views its
+            memory mapping, never copied whole: the exact search converts each block to
+            float32 as it searches it (float16 to float32 is exact). Otherwise the file is
+            converted to float32 a block at a time, so its float16 values are never all
+            resident next to their float32 copy.
 
     Example:
         >>> import tempfile, numpy as np
@@ -193,12 +201,15 @@ def load_embeddings(source: str | Path) -> torch.Tensor:
         )
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise InputFileError(f"The embeddings in '{name}' are empty (shape {array.shape}).")
-    values = _as_float(array, "embeddings", name)
+    mapped_half = isinstance(array, np.memmap) and array.dtype == np.float16
+    values = array if mapped_half else _as_float(array, "embeddings", name)
     with warnings.catch_warnings():  # a mapped file is read-only, and nothing writes it
         warnings.filterwarnings("ignore", "The given NumPy array is not writable")
         tensor = torch.from_numpy(values)
     if not all(bool(np.isfinite(block.numpy()).all()) for block in row_blocks(tensor)):
         raise InputFileError(f"The embeddings in '{name}' contain NaN or infinite values.")
+    if mapped_half and not keep_float16:
+        return copy_by_blocks(tensor, torch.float32)
     return tensor
 
 
@@ -382,8 +393,9 @@ def _split_key(source: str) -> tuple[Path, str | None]:
 
 
 Source = Path | IO[bytes]
-# .npy embeddings searched in place; any other type is converted, so it is read whole
-_MAPPED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# .npy embeddings searched in place (float16 converted a block at a time); any other type
+# is converted, so it is read whole
+_MAPPED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _read_npy(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:

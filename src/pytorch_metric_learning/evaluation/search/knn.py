@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..._mapped import is_mapped, release
+from ..._mapped import copy_by_blocks, is_mapped, release, trim_heap
 from ..._threads import adapted_threads, lowered
 from ..._validation import (
     check_finite,
@@ -156,6 +156,8 @@ class CustomKNN:
             mapped = self._search_mapped(query, reference, search_k, ref_includes_query)
             if mapped is not None:
                 return mapped[0][:, :k], mapped[1][:, :k]
+        query = _widened(query)  # a mapped float16 input searched whole is read as float32
+        reference = query if same else _widened(reference)
         logger.debug(
             "CustomKNN: %d queries, %d references, k=%d, %s",
             len(query),
@@ -192,19 +194,25 @@ class CustomKNN:
         The reference is searched in blocks of about ``MAPPED_BLOCK_BYTES``, each copied
         out of the mapping (whose pages are then released) and searched exactly; a row's
         first ``k`` over the whole reference lie among its blocks' first ``k``, so merging
-        them by (distance, index) is exact. ``None`` when the inputs need rescaling (one
-        scale for all blocks): the whole reference is then searched as given.
+        them by (distance, index) is exact. A float16 file's blocks are searched as float32
+        (the conversion is exact), in the blocks of a float32 file of the same values, so
+        the results are those of that file's search bit for bit. ``None`` when the inputs
+        need rescaling (one scale for all blocks): the whole reference is then searched.
         """
         if _exponent(largest_magnitude(query, reference)):
             return None
-        rows = max(1, MAPPED_BLOCK_BYTES // max(1, reference.shape[1] * reference.element_size()))
+        query, dtype = _widened(query), _searched_dtype(reference.dtype)
+        row_bytes = reference.shape[1] * dtype.itemsize
+        rows = max(1, MAPPED_BLOCK_BYTES // max(1, row_bytes))
         found: tuple[torch.Tensor, torch.Tensor] | None = None
         for start in range(0, len(reference), rows):
             view = reference[start : start + rows]
-            block = view.clone()  # the only copy: one block, in the reference's dtype
+            block = view.to(dtype, copy=True)  # the only copy: one block, as it is searched
             release(view)
             distances, indices = self(query, min(k, len(block)), block)
             found = _merge_first_k(found, (distances, indices + start), k, self.distance)
+            del block, distances, indices
+            trim_heap()  # the block's freed temporaries leave the C heap (see _mapped)
         assert found is not None  # a checked reference has rows
         if ref_includes_query:
             return remove_self_matches(*found)
@@ -447,6 +455,19 @@ def remove_self_matches(
     keep = torch.arange(width - 1, device=indices.device).expand(num_rows, -1)
     keep = keep + (keep >= dropped.unsqueeze(1))  # the columns after the dropped one
     return distances.gather(1, keep), indices.gather(1, keep)
+
+
+def _searched_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The type a mapped tensor's blocks are searched in: float16 as float32 (exactly)."""
+    return torch.float32 if dtype == torch.float16 else dtype
+
+
+def _widened(tensor: torch.Tensor) -> torch.Tensor:
+    """A mapped float16 tensor as float32, in memory (copied block by block): the searches
+    that need it whole (self-search, exclusions, rescaling) read it so. Others as given."""
+    if tensor.dtype != torch.float16 or not is_mapped(tensor):
+        return tensor
+    return copy_by_blocks(tensor, torch.float32)
 
 
 def _merge_first_k(
