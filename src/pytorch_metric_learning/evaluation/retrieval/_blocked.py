@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..._mapped import trim_heap
 from ..search._checked_search import search_knn
 from ..search._excluded_search import search_excluding
 from ..search._progress import SearchProgress
@@ -164,6 +165,7 @@ def blocked_values(
             ranks[start:stop] = first_relevant_rank(relevance)
             _block_values(values, relevance, stats, (start, stop), metric_block)
             progress.update((stop - start) * num_reference)
+            trim_heap()  # the block's freed temporaries leave the C heap (see _mapped)
     return BlockedValues(values, ranks, k)
 
 
