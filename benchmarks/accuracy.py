@@ -9,7 +9,7 @@ so it lives in a virtualenv of its own and runs here as a subprocess):
 Data: class-clustered synthetic embeddings (d = 128, ``--classes`` classes), one
 self-retrieval evaluation (``get_accuracy(x, labels)``), written once to temporary .npy
 files that both sides read. Every measurement runs in a fresh subprocess, and its peak
-memory is that process's ``ru_maxrss`` (which sees torch's allocations, unlike
+memory is that process's own peak resident set (``_memory.py``) (which sees torch's allocations, unlike
 tracemalloc), reported in full and as the growth over the process's peak just before
 ``get_accuracy`` (imports and data). Sides:
 
@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _memory import peak_rss_bytes
 
 KNN_KEYS = (
     "precision_at_1",
@@ -70,7 +71,7 @@ def make_data(n: int, dims: int, num_classes: int, seed: int) -> tuple[np.ndarra
 
 
 def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return peak_rss_bytes() / 2**20
 
 
 def cpu_seconds() -> float:

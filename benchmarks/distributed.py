@@ -20,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _memory import peak_rss_bytes
 
 
 def _data(n: int, d: int) -> torch.Tensor:
@@ -41,7 +41,7 @@ def _shard(n: int, world: int, rank: int) -> slice:
 
 
 def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_bytes() / 2**20
 
 
 def _rank_main(rank: int, world: int, config: dict, directory: str) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from _memory import peak_rss_bytes
 
 BATCH = 256
 TILE = 2048
@@ -158,12 +159,12 @@ def _measure_here(method: str, n: int, d: int, k: int) -> dict[str, float]:
     METHODS[method](x[:BATCH], min(k, BATCH - 1))  # warm up imports and thread pools
     if method.startswith("custom"):
         _load_compiled()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = peak_rss_bytes()
     cpu, start = _cpu_seconds(), time.perf_counter()
     METHODS[method](x, k)
     seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": seconds, "cpu": cpu, "peak_mib": max(peak - before, 0) / 1024}
+    peak = peak_rss_bytes()
+    return {"seconds": seconds, "cpu": cpu, "peak_mib": max(peak - before, 0) / 2**20}
 
 
 def _set_threads(threads: int) -> None:

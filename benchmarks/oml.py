@@ -22,7 +22,7 @@ self-retrieval evaluation per side, each in a fresh subprocess:
          the ratios of bench_pml29 on this data, printed in the same table
 
 The script asserts that recall_at_K equals OML's cmc@K to 1e-6 for every K. Peak memory is
-each process's ``ru_maxrss`` and its growth over the process after imports and data. The
+each process's own peak resident set (``_memory.py``) and its growth over the process after imports and data. The
 ratios are the other side's over ours (above 1: ours is faster or smaller).
 
 OML is imported without running the ``__init__`` of the ``oml`` and ``oml.utils``
@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _memory import peak_rss_bytes
 from scale import write_data  # noqa: E402
 
 KS = (1, 5, 10)
@@ -57,7 +58,7 @@ MIB = 2**20
 
 
 def peak_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return peak_rss_bytes()
 
 
 def cpu_seconds() -> float:

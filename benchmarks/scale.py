@@ -16,8 +16,8 @@ queries against a separate gallery of that many rows (k-NN metrics only: the clu
 metrics are of the query alone).
 
 Printed per case: wall time of ``get_accuracy``, query-reference pairs per second, the
-process's peak resident memory (``ru_maxrss``, which sees torch's allocations), its growth
-over the process after imports (``peak - base``), the inputs' size (embeddings and labels),
+process's own peak resident memory (``VmHWM``, see ``_memory.py``), its growth over the
+process after imports (``peak - base``), the inputs' size (embeddings and labels),
 whether that growth stays within the inputs plus ``--budget-mib`` (512 MiB), and
 ``t/pair vs 50k``: the time per pair over the 50,000-row self-search's with the same
 classes (``--gallery-classes``, 1,000, for the gallery search: with 100 classes each query
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _memory import peak_rss_bytes
 
 MIB = 2**20
 BLOCK_ROWS = 65_536
@@ -46,7 +46,7 @@ QUICK_SIZES = [20_000, 50_000]
 
 
 def peak_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return peak_rss_bytes()
 
 
 def write_data(

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
 
 import torch
+from _memory import peak_rss_bytes
 from torch.utils.data import DataLoader, TensorDataset
 
 DIMS_IN = 32
@@ -69,13 +69,13 @@ METHODS = {"loop": _loop, "tester": _tester}
 def _measure_here(method: str, n: int, d: int, batch: int) -> dict[str, float]:
     dataset, model = _setup(n, d)
     METHODS[method](TensorDataset(*dataset[:batch]), model, batch)  # warm up
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = peak_rss_bytes()
     start = time.perf_counter()
     result = METHODS[method](dataset, model, batch)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = peak_rss_bytes()
     checksum = float(result.double().sum())
-    return {"seconds": seconds, "peak_mib": max(peak - before, 0) / 1024, "checksum": checksum}
+    return {"seconds": seconds, "peak_mib": max(peak - before, 0) / 2**20, "checksum": checksum}
 
 
 def _measure(method: str, n: int, d: int, batch: int) -> dict[str, float] | None:

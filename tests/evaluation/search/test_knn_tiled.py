@@ -11,6 +11,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from _peak import PEAK_SOURCE, needs_proc
 from pytorch_metric_learning.distances import (
     BaseDistance,
     CosineSimilarity,
@@ -425,8 +426,10 @@ def test_unknown_distance_subclass_is_not_rescaled() -> None:
     torch.testing.assert_close(distances[:, 0], torch.zeros(3))
 
 
-_PEAK_SCRIPT = """
-import resource, sys, torch
+_PEAK_SCRIPT = (
+    PEAK_SOURCE
+    + """
+import sys, torch
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.evaluation import CustomKNN
 n, separate = int(sys.argv[1]), sys.argv[2] == "separate"
@@ -434,13 +437,15 @@ x = torch.randn(n, 16)
 reference = x.clone() if separate else None
 knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
 knn(x[:64], 10, None if reference is None else reference[:64], True)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak_bytes()
 knn(x, 10, reference, True)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+print((peak_bytes() - before) // 1024)
 """
+)
 
 
 @pytest.mark.slow
+@needs_proc
 def test_peak_memory_is_linear_in_n() -> None:
     """Peak RSS growth (torch's allocations included) of a search, in fresh processes."""
     import subprocess

@@ -1,0 +1,62 @@
+"""Every memory figure of the benchmarks and tests is a process's own peak.
+
+``ru_maxrss`` of a child process includes its parent's peak (Linux carries it across
+``fork`` and ``exec``): a benchmark that writes a 500 MB gallery and then measures a child
+would report the parent's memory as the child's. The rule: peaks come from
+``benchmarks/_memory.py`` (benchmarks) or ``tests/_peak.py`` (test scripts), never from
+``ru_maxrss`` directly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from _peak import PEAK_SOURCE, needs_proc
+
+from ._scripts import BENCHMARKS, load_script
+
+ROOT = BENCHMARKS.parent
+ALLOWED = {BENCHMARKS / "_memory.py", ROOT / "tests" / "_peak.py", Path(__file__).resolve()}
+
+
+def test_no_benchmark_or_test_reads_ru_maxrss_itself() -> None:
+    found = [
+        str(path.relative_to(ROOT))
+        for folder in (ROOT / "benchmarks", ROOT / "tests")
+        for path in sorted(folder.rglob("*.py"))
+        if path.resolve() not in ALLOWED and "ru_maxrss" in path.read_text()
+    ]
+    assert found == [], f"read the peak through _memory.py / _peak.py: {found}"
+
+
+CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from _memory import peak_rss_bytes, rss_bytes
+PEAK_SOURCE
+print(json.dumps({"memory": peak_rss_bytes(), "peak": peak_bytes(), "now": rss_bytes()}))
+"""
+
+
+@needs_proc
+def test_a_child_of_a_large_parent_reports_its_own_peak() -> None:
+    """The parent touches 300 MiB before it starts the child: the child's peak, by both
+    helpers, is its own (a Python interpreter: well under 100 MiB)."""
+    load_script("_memory")  # importable as the benchmarks import it
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # every page resident
+    script = CHILD.replace("PEAK_SOURCE", PEAK_SOURCE)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(BENCHMARKS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    found = json.loads(done.stdout)
+    assert len(held) == 300 * 2**20
+    for name in ("memory", "peak", "now"):
+        assert 0 < found[name] < 100 * 2**20, found
