@@ -101,3 +101,39 @@ def test_groups_of_the_wrong_length_are_named(cli, tmp_path: Path, cameras) -> N
     )  # fmt: skip
     assert result.code != 0
     assert "ref_groups.npy" in result.err
+
+
+@pytest.mark.parametrize("single_shot", [False, True])
+def test_show_worst_shows_only_the_candidates_the_metrics_used(
+    cli, tmp_path: Path, cameras, single_shot
+) -> None:
+    """--show-worst under --query-groups (and --single-gallery-shot): no same-label,
+    same-camera reference is shown, ranks count candidates, values are the metric's."""
+    paths = {name: write(tmp_path / f"{name}.npy", array) for name, array in cameras.items()}
+    result = cli(
+        "evaluate", paths["query"], "--labels", paths["labels"],
+        "--reference", paths["reference"], "--reference-labels", paths["ref_labels"],
+        "--query-groups", paths["query_groups"], "--reference-groups", paths["ref_groups"],
+        "--metrics", "precision_at_1", "--show-worst", "30", "--worst-k", "50",
+        *(["--single-gallery-shot"] if single_shot else []), "--output", "-",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    queries = json.loads(result.out)["worst_queries"]["queries"]
+    assert queries
+    query, reference = cameras["query"], cameras["reference"]
+    for item in queries:
+        q = item["index"]
+        label, camera = cameras["labels"][q], cameras["query_groups"][q]
+        candidates = [
+            j
+            for j in range(len(reference))
+            if not (cameras["ref_labels"][j] == label and cameras["ref_groups"][j] == camera)
+        ]
+        distances = ((reference[candidates] - query[q]) ** 2).sum(axis=1)
+        order = [candidates[i] for i in np.argsort(distances, kind="stable")]
+        shown = [retrieval["index"] for retrieval in item["retrievals"]]
+        assert shown == order[: len(shown)] and len(shown) == min(50, len(order))
+        relevant = [bool(cameras["ref_labels"][j] == label) for j in order]
+        assert [r["relevant"] for r in item["retrievals"]] == relevant[: len(shown)]
+        if not single_shot:
+            assert item["value"] == float(relevant[0])

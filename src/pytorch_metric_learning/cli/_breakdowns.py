@@ -92,7 +92,8 @@ def read_image_paths(source: str, num_rows: int, option: str) -> list[Path]:
 
 
 def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[WorstQuery]:
-    """The ``--show-worst`` queries of what ``evaluate`` read."""
+    """The ``--show-worst`` queries of what ``evaluate`` read, under the protocol the
+    metrics used (groups, single-gallery-shot): the same candidates."""
     return find_worst_queries(
         inputs.query,
         inputs.query_labels,
@@ -103,6 +104,7 @@ def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[
         num_queries=args.show_worst,
         k=args.worst_k,
         knn_func=knn_func,
+        **inputs.protocol(),
     )
 
 

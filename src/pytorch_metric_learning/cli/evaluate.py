@@ -78,6 +78,16 @@ class EvaluationInputs:
     query_categories: list[Any] | None = None
     query_groups: torch.Tensor | None = None
     reference_groups: torch.Tensor | None = None
+    single_gallery_shot: bool = False
+
+    def protocol(self) -> dict[str, Any]:
+        """The protocol arguments of ``get_accuracy`` (and of every view of its per-query
+        results, e.g. the worst queries): one source, so all use the same candidates."""
+        return {
+            "query_groups": self.query_groups,
+            "reference_groups": self.reference_groups,
+            "single_gallery_shot": self.single_gallery_shot,
+        }
 
 
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
@@ -99,6 +109,7 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     categories = read_categories(getattr(args, "query_categories", None), len(query))
     inputs = EvaluationInputs(query, labels[0], reference, reference_labels, names, categories)
     inputs.query_groups, inputs.reference_groups = _load_groups(args, len(query), reference)
+    inputs.single_gallery_shot = bool(getattr(args, "single_gallery_shot", False))
     return inputs
 
 
@@ -242,7 +253,6 @@ def run(args: argparse.Namespace) -> int:
                 inputs,
                 args.ref_includes_query,
                 args.ci is not None,
-                single_gallery_shot=args.single_gallery_shot,
             )
     finally:
         calculator_logger.removeFilter(small_k)
@@ -284,7 +294,10 @@ def compute_metrics(
     return_per_query: bool,
     single_gallery_shot: bool = False,
 ) -> dict[str, Any]:
-    """``calculator.get_accuracy`` on what was read from the files."""
+    """``calculator.get_accuracy`` on what was read from the files (under their protocol;
+    ``single_gallery_shot`` also turns it on)."""
+    protocol = inputs.protocol()
+    protocol["single_gallery_shot"] = protocol["single_gallery_shot"] or single_gallery_shot
     return calculator.get_accuracy(
         inputs.query,
         inputs.query_labels,
@@ -293,9 +306,7 @@ def compute_metrics(
         ref_includes_query=ref_includes_query,
         return_per_query=return_per_query,
         query_categories=inputs.query_categories,
-        query_groups=inputs.query_groups,
-        reference_groups=inputs.reference_groups,
-        single_gallery_shot=single_gallery_shot,
+        **protocol,
     )
 
 
