@@ -252,23 +252,29 @@ def run(args: argparse.Namespace) -> int:
                 calculator,
                 inputs,
                 args.ref_includes_query,
-                args.ci is not None,
+                args.ci is not None or inputs.query_categories is not None,
             )
     finally:
         calculator_logger.removeFilter(small_k)
     logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
     small_k.warn()
+    per_query = metrics.get("per_query")
     intervals = pop_intervals(metrics, args)
     per_category = metrics.pop("per_category", None)
+    counts = None
+    if per_category is not None and per_query is not None:
+        categories = inputs.query_categories or []
+        # without a k-NN metric no query is left out (clustering uses every query)
+        scored = per_query.query_indices.tolist() if per_query.values else range(len(categories))
+        counts = category_counts(categories, scored)
     worst = worst_queries(args, inputs, calculator.knn_func) if args.show_worst else None
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))
         if intervals and interval_note(intervals):
             print(interval_note(intervals))
-        if per_category is not None:
-            categories = inputs.query_categories or []
-            print("\n" + render_categories(per_category, categories, small_k.names))
+        if per_category is not None and counts is not None:
+            print("\n" + render_categories(per_category, counts, small_k.names))
         if worst is not None:
             print("\n" + render_worst(worst, args.worst_metric, inputs.class_names))
         check = calculator.last_knn_check
@@ -280,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
         record = _record(metrics, inputs, calculator, args, intervals)
         if per_category is not None:
             record["per_category"] = category_record(per_category)
-            record["per_category_queries"] = category_counts(inputs.query_categories or [])
+            record.update(counts.as_record() if counts is not None else {})
         if worst is not None:
             record["worst_queries"] = worst_record(worst, args.worst_metric, inputs.class_names)
         write_results(args.output, record)
