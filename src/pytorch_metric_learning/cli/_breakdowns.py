@@ -19,7 +19,7 @@ from ..worst_queries import (
     worst_queries_rows,
 )
 from ._output import format_table, say_written
-from .loaders import InputFileError, read_label_like
+from .loaders import CATEGORIES, InputFileError, read_label_like
 
 __all__ = [
     "read_categories",
@@ -41,7 +41,7 @@ def read_categories(source: str | None, num_rows: int) -> list[Any] | None:
     option)."""
     if source is None:
         return None
-    return list(read_label_like(source, num_rows, "categories", "--query-categories").tolist())
+    return list(read_label_like(source, num_rows, CATEGORIES).tolist())
 
 
 WRONG_MARK = " (!)"  # as the overall table marks a metric --k made wrong

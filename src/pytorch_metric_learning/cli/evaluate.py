@@ -7,6 +7,7 @@ import contextlib
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -43,6 +44,7 @@ from ._versions import environment_versions
 from .loaders import (
     check_one_stdin,
     encode_labels,
+    group_role,
     load_embeddings,
     read_label_like,
     read_labels,
@@ -125,12 +127,29 @@ def _load_groups(
         raw.append(_read_groups(args.reference_groups, "--reference-groups", len(reference)))
         _check_group_kinds(raw[0], raw[1])
     groups, _ = encode_labels(*raw)
+    if reference is not None:
+        _warn_if_no_shared_group(groups[0], groups[1])
     return groups[0], groups[1] if reference is not None else None
+
+
+# The library's own warning for groups that never meet, which names its arguments; the
+# command line says it in terms of its options instead (_warn_if_no_shared_group).
+_LIBRARY_NO_SHARED_GROUP = "No query group occurs among the reference groups"
+
+
+def _warn_if_no_shared_group(query: torch.Tensor, reference: torch.Tensor) -> None:
+    """Group files whose ids never meet exclude nothing: say so, naming the options."""
+    if not bool(torch.isin(query, reference).any()):
+        warnings.warn(
+            "No group id of --query-groups occurs in --reference-groups, so the same-group "
+            "rule excludes nothing; check that both files number the groups (cameras) alike.",
+            stacklevel=2,
+        )
 
 
 def _read_groups(source: str, option: str, num_rows: int) -> np.ndarray:
     """One group file: integer ids or names (errors name the option, not "labels")."""
-    return read_label_like(source, num_rows, "group ids", option)
+    return read_label_like(source, num_rows, group_role(option))
 
 
 def _check_group_kinds(query: np.ndarray, reference: np.ndarray) -> None:
@@ -244,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
     calculator_logger = logging.getLogger(AccuracyCalculator.__module__)
     calculator_logger.addFilter(small_k)
     try:
-        with quiet:  # what plugins print must not corrupt the JSON on stdout
+        with quiet, warnings.catch_warnings():  # plugins' prints must not corrupt the JSON
+            warnings.filterwarnings("ignore", message=_LIBRARY_NO_SHARED_GROUP)
             calculator = build_calculator(args)
             _log_setup(inputs, calculator)
             started = time.perf_counter()
@@ -267,7 +287,11 @@ def run(args: argparse.Namespace) -> int:
         # without a k-NN metric no query is left out (clustering uses every query)
         scored = per_query.query_indices.tolist() if per_query.values else range(len(categories))
         counts = category_counts(categories, scored)
-    worst = worst_queries(args, inputs, calculator.knn_func) if args.show_worst else None
+    worst = None
+    if args.show_worst:
+        with warnings.catch_warnings():  # said once, in the options' terms, when read
+            warnings.filterwarnings("ignore", message=_LIBRARY_NO_SHARED_GROUP)
+            worst = worst_queries(args, inputs, calculator.knn_func)
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))
