@@ -74,10 +74,8 @@ def protocols(draw):
         protocol["single_gallery_shot"] = True
     metrics = ["precision_at_1"] if single_shot else ["precision_at_1", "recall_at_2"]
     metric = draw(st.sampled_from(metrics))
-    if one_set:
-        inputs = (query, query_ids, None, None)
-    else:
-        inputs = (query, query_ids, gallery, gallery_ids)
+    reference = (None, None) if one_set else (gallery, gallery_ids)
+    inputs = (query, query_ids, *reference)
     labels = (query_ids, gallery_ids)
     data = (query, gallery, labels, query_cams, gallery_cams)
     return inputs, protocol, metric, (query_rows, reference_rows), data

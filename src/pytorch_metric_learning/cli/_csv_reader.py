@@ -122,8 +122,7 @@ def parse_csv(
     body = rows[1:] if header is not None else rows
     if not body:
         raise CsvError(
-            f"The {role.what} file '{name}' has a header line ({', '.join(rows[0])}) but no "
-            "rows."
+            f"The {role.what} file '{name}' has a header line ({', '.join(rows[0])}) but no rows."
         )
     widths = sorted({len(row) for row in body} | ({len(header)} if header else set()))
     if len(widths) > 1:
@@ -197,9 +196,7 @@ def _values(rows: list[list[str]], name: str, role: FileRole) -> np.ndarray:
     if all(_INTEGER.fullmatch(cell) for cell in cells):
         return _integers([int(cell) for cell in cells], name, role).reshape(shape)
     if role.kind == "labels":
-        return _integers([_integral(cell, name, role) for cell in cells], name, role).reshape(
-            shape
-        )
+        return _integers([_integral(cell, name, role) for cell in cells], name, role).reshape(shape)
     return np.array([float(cell) for cell in cells], dtype=np.float64).reshape(shape)
 
 

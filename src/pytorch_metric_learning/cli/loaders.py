@@ -177,7 +177,9 @@ def _open(path: Path, role: FileRole) -> tuple[Path | IO[bytes], str]:
     except FileNotFoundError:
         raise InputFileError(f"The {role.what} file '{path}' does not exist.") from None
     except OSError as error:
-        raise InputFileError(f"Cannot read the {role.what} file '{path}': {error.strerror}") from None
+        raise InputFileError(
+            f"Cannot read the {role.what} file '{path}': {error.strerror}"
+        ) from None
     if stat.S_ISDIR(mode):
         raise InputFileError(f"The {role.what} file '{path}' is a folder; give the file in it.")
     if stat.S_ISFIFO(mode):

@@ -71,7 +71,13 @@ from ._single_shot import (
     single_shot_rank,
 )
 
-__all__ = ["AccuracyCalculator", "CandidateRanking", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METRICS"]
+__all__ = [
+    "AccuracyCalculator",
+    "CandidateRanking",
+    "EQUALITY",
+    "DEFAULT_METRICS",
+    "ON_REQUEST_METRICS",
+]
 
 OWNER = "AccuracyCalculator"
 logger = logging.getLogger(__name__)
@@ -632,7 +638,9 @@ class AccuracyCalculator:
         if call.options is None:
             self_rows = torch.arange(len(query), device=query.device)
             rules = [(self_rows, torch.arange(len(reference), device=query.device))]
-            exclusion = Exclusion(len(query), len(reference), rules if call.ref_includes_query else ())
+            exclusion = Exclusion(
+                len(query), len(reference), rules if call.ref_includes_query else ()
+            )
             return exclusion, None
         stats = label_stats(query_labels, reference_labels, False)
         protocol = build_protocol(
@@ -652,7 +660,9 @@ class AccuracyCalculator:
         query, query_labels, reference, reference_labels, ref_includes_query = inputs
         roles = flags[0] is not None or flags[1] is not None
         if roles:
-            _check_one_set(reference, reference_labels, ref_includes_query, options.reference_groups)
+            _check_one_set(
+                reference, reference_labels, ref_includes_query, options.reference_groups
+            )
         tensors = self._inputs(query, query_labels, reference, reference_labels, ref_includes_query)
         single_shot = single_shot_option(*single_shot_arguments)
         if not (roles or options.active or single_shot is not None):
@@ -1210,17 +1220,7 @@ def _given_protocol_arguments(
     options: ProtocolOptions, roles: bool, single_shot: SingleShot | None
 ) -> list[str]:
     """The names of the protocol arguments a call gave (for a refusal to name them)."""
-    given = [
-        name
-        for name in (
-            "query_groups",
-            "reference_groups",
-            "junk_labels",
-            "distractor_labels",
-            "excluded_pairs",
-        )
-        if getattr(options, name) not in (None, ())
-    ]
+    given = options.given()
     if roles:
         given += ["is_query", "is_reference"]
     if single_shot is not None:
