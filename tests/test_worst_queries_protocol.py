@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from pytorch_metric_learning.worst_queries import find_worst_queries, worst_queries_rows
 
+# hypothesis may give the queries cameras that no gallery image has (a warning says so)
+pytestmark = pytest.mark.filterwarnings("ignore:No query group occurs")
 JUNK, DISTRACTOR = -1, 0
 
 
@@ -134,7 +136,7 @@ def _value(metric, protocol, order, relevant, gallery_ids):
     return chance
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(protocols())
 def test_the_worst_table_is_a_brute_force_reid_loop(case):
     inputs, protocol, metric, rows, data = case
