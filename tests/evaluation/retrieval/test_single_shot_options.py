@@ -154,3 +154,20 @@ def test_auto_bootstraps_single_shot_expectations_even_when_they_are_0_or_1() ->
 def test_clopper_pearson_is_refused_for_single_shot_expectations() -> None:
     with pytest.raises(InvalidArgumentError, match="'method'.*single_gallery_shot"):
         bootstrap_intervals(_per_query(True), num_resamples=50, method="clopper_pearson")
+
+
+@pytest.mark.parametrize(("draws", "how"), [(None, "exact expectation"), (5, "5 random draws")])
+def test_the_log_says_what_single_shot_searches(caplog, draws, how) -> None:
+    query, gallery, ids, cams = _case()
+    calculator = AccuracyCalculator(include=("precision_at_1",), k=None)
+    with caplog.at_level("INFO", logger=AccuracyCalculator.__module__):
+        calculator.get_accuracy(
+            query, ids[0], gallery, ids[1], query_groups=cams[0], reference_groups=cams[1],
+            single_gallery_shot=True, single_gallery_shot_draws=draws,
+        )  # fmt: skip
+    searched = [
+        record.getMessage() for record in caplog.records if "per query" in record.getMessage()
+    ]
+    assert len(searched) == 1, searched
+    assert f"every candidate among the {len(gallery)} references" in searched[0]
+    assert how in searched[0] and "k=1 neighbours" not in searched[0]
