@@ -22,12 +22,12 @@ import torch
 from ._validation import check_embeddings, check_plain_tensor, float_if_integer, invalid
 from .errors import InvalidArgumentError, InvalidTypeError
 from .evaluation.retrieval._metric_names import per_query_function
-from .evaluation.retrieval.accuracy_calculator import AccuracyCalculator
-from .evaluation.search._checked_search import search_knn
+from .evaluation.retrieval.accuracy_calculator import AccuracyCalculator, CandidateRanking
 from .evaluation.search.protocols import knn_is_inverted
 from .evaluation.search.registry import Spec
 
 __all__ = [
+    "PROTOCOL_ARGUMENTS",
     "Retrieval",
     "WorstQuery",
     "find_worst_queries",
@@ -110,12 +110,20 @@ def find_worst_queries(
     num_queries: int = 10,
     k: int = 5,
     knn_func: Spec | None = None,
+    **protocol: Any,
 ) -> list[WorstQuery]:
     """The ``num_queries`` queries with the lowest value of ``metric``, worst first.
 
     Lone queries (no relevant reference) have no value and are never chosen. Ties keep the
     query order. Each :class:`WorstQuery` carries ``metric``, ``k`` and ``distance_kind``,
     so what draws or tabulates it names the values rightly.
+
+    The retrievals shown are the query's *candidates* exactly as the metric saw them: under
+    a protocol (``query_groups``/``reference_groups``, ``junk_labels``, ``excluded_pairs``,
+    ``is_query``/``is_reference``) the references that are not candidates are never shown,
+    ranks count candidates only, and a distractor is never relevant. Under
+    ``single_gallery_shot`` the value is the single-shot one and the ranking shown is that
+    of every candidate, which the single-shot draws choose from.
 
     Args:
         query, query_labels, reference, reference_labels, ref_includes_query: As for
@@ -125,6 +133,11 @@ def find_worst_queries(
         num_queries: How many queries to return, at most.
         k: Retrievals to show per query.
         knn_func: The k-NN backend spec (default: the calculator's exact search).
+        **protocol: The protocol arguments of :meth:`AccuracyCalculator.get_accuracy`
+            (``query_groups``, ``reference_groups``, ``junk_labels``,
+            ``distractor_labels``, ``excluded_pairs``, ``is_query``, ``is_reference``,
+            ``single_gallery_shot``, ``single_gallery_shot_draws``). Under ``is_query``,
+            query and reference indices are rows of the one set.
 
     Example:
         >>> query = torch.tensor([[0.0], [2.0], [3.0], [8.0]])
@@ -134,6 +147,7 @@ def find_worst_queries(
         [(1, 2, 2), (2, 1, 3)]
     """
     _check_options(metric, num_queries, k)
+    _check_protocol_names(protocol)
     query = _embeddings(query, "query")
     query_labels = _labels(query_labels, "query_labels", query)
     if reference is not None:
@@ -141,32 +155,44 @@ def find_worst_queries(
     if reference_labels is not None:
         reference_labels = _labels(reference_labels, "reference_labels", reference)
     calculator = AccuracyCalculator(include=(metric,), knn_func=knn_func)
-    results = calculator.get_accuracy(
-        query,
-        query_labels,
-        reference,
-        reference_labels,
-        ref_includes_query,
-        return_per_query=True,
-    )
+    inputs = (query, query_labels, reference, reference_labels, ref_includes_query)
+    results = calculator.get_accuracy(*inputs, return_per_query=True, **protocol)
     per_query = results["per_query"]
     values = per_query.values[metric].cpu()
     order = torch.sort(values, stable=True).indices[:num_queries]
     rows = per_query.query_indices.cpu()[order]
-    self_search = reference is None or ref_includes_query
-    reference = query if reference is None else reference
-    reference_labels = query_labels if reference_labels is None else reference_labels
-    rankings = _rankings(calculator, query[rows.to(query.device)], reference, rows, self_search)
+    rankings = calculator.rank_candidates(rows, *inputs, **protocol) if len(rows) else []
+    all_labels = query_labels if reference_labels is None else reference_labels
     kind = _distance_kind(calculator.knn_func)
     return [
         replace(
-            _worst_query(int(row), float(value), query_labels, reference_labels, ranking, k),
+            _worst_query(float(value), query_labels, all_labels, ranking, k),
             metric=metric,
             k=k,
             distance_kind=kind,
         )
-        for row, value, ranking in zip(rows.tolist(), values[order].tolist(), rankings)
+        for value, ranking in zip(values[order].tolist(), rankings)
     ]
+
+
+# The keyword arguments of get_accuracy that change which references are candidates.
+PROTOCOL_ARGUMENTS = (
+    "query_groups",
+    "reference_groups",
+    "junk_labels",
+    "distractor_labels",
+    "excluded_pairs",
+    "is_query",
+    "is_reference",
+    "single_gallery_shot",
+    "single_gallery_shot_draws",
+)
+
+
+def _check_protocol_names(protocol: dict[str, Any]) -> None:
+    unknown = sorted(set(protocol) - set(PROTOCOL_ARGUMENTS))
+    if unknown:
+        raise TypeError(f"{OWNER}() got unexpected keyword arguments {unknown}")
 
 
 def _embeddings(value: Any, param: str) -> torch.Tensor:
@@ -214,39 +240,22 @@ def _check_options(metric: Any, num_queries: Any, k: Any) -> None:
             raise invalid(param, OWNER, "a positive int", value)
 
 
-def _rankings(
-    calculator: AccuracyCalculator,
-    chosen: torch.Tensor,
-    reference: torch.Tensor,
-    rows: torch.Tensor,
-    self_search: bool,
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Every reference item ranked for each chosen query (itself left out in a self-search)."""
-    if len(chosen) == 0:
-        return []
-    chosen = chosen.to(reference.dtype) if chosen.dtype != reference.dtype else chosen
-    (distances, indices), _ = search_knn(
-        calculator.knn_func, chosen, len(reference), reference, caller=OWNER
-    )
-    rankings = []
-    for row, row_distances, row_indices in zip(rows.tolist(), distances.cpu(), indices.cpu()):
-        keep = row_indices != row if self_search else torch.ones_like(row_indices, dtype=torch.bool)
-        rankings.append((row_distances[keep], row_indices[keep]))
-    return rankings
-
-
 def _worst_query(
-    row: int,
     value: float,
     query_labels: torch.Tensor,
     reference_labels: torch.Tensor,
-    ranking: tuple[torch.Tensor, torch.Tensor],
+    ranking: CandidateRanking,
     k: int,
 ) -> WorstQuery:
-    distances, indices = ranking
+    """One worst query from its ranked candidates (relevance as the metric counted it)."""
+    row, distances, indices, relevant = (
+        ranking.query,
+        ranking.distances,
+        ranking.indices,
+        ranking.relevant,
+    )
     labels = reference_labels.cpu()[indices]
     label = query_labels.cpu()[row]
-    relevant = labels == label
     first = int(relevant.nonzero()[0]) if bool(relevant.any()) else None
     if first is None:  # cannot happen for a non-lone query, unless the backend is wrong
         raise InvalidArgumentError(f"Query {row} has a value but no relevant reference item.")

@@ -61,12 +61,16 @@ def test_groups_of_one_kind_are_accepted_without_warning(
     result = _run(cli, tmp_path, query_groups, ref_groups)
     assert result.code == 0, result.err
     assert "No query group occurs" not in result.err
+    assert "No group id of --query-groups" not in result.err
 
 
-def test_groups_that_never_meet_are_reported(cli, tmp_path: Path) -> None:
+def test_groups_that_never_meet_are_reported_naming_the_options(cli, tmp_path: Path) -> None:
     result = _run(cli, tmp_path, INT_QUERY, INT_REF + 10)
     assert result.code == 0, result.err
-    assert "No query group occurs among the reference groups" in result.err
+    warnings = [line for line in result.err.splitlines() if "excludes nothing" in line]
+    assert len(warnings) == 1, result.err  # once, in the options' terms
+    assert "--query-groups" in warnings[0] and "--reference-groups" in warnings[0]
+    assert "'query_groups'" not in result.err
 
 
 def test_the_api_warns_when_groups_never_meet() -> None:

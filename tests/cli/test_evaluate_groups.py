@@ -101,3 +101,75 @@ def test_groups_of_the_wrong_length_are_named(cli, tmp_path: Path, cameras) -> N
     )  # fmt: skip
     assert result.code != 0
     assert "ref_groups.npy" in result.err
+
+
+@pytest.mark.parametrize("single_shot", [False, True])
+def test_show_worst_shows_only_the_candidates_the_metrics_used(
+    cli, tmp_path: Path, cameras, single_shot
+) -> None:
+    """--show-worst under --query-groups (and --single-gallery-shot): no same-label,
+    same-camera reference is shown, ranks count candidates, values are the metric's."""
+    paths = {name: write(tmp_path / f"{name}.npy", array) for name, array in cameras.items()}
+    result = cli(
+        "evaluate", paths["query"], "--labels", paths["labels"],
+        "--reference", paths["reference"], "--reference-labels", paths["ref_labels"],
+        "--query-groups", paths["query_groups"], "--reference-groups", paths["ref_groups"],
+        "--metrics", "precision_at_1", "--show-worst", "30", "--worst-k", "50",
+        *(["--single-gallery-shot"] if single_shot else []), "--output", "-",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    queries = json.loads(result.out)["worst_queries"]["queries"]
+    assert queries
+    query, reference = cameras["query"], cameras["reference"]
+    for item in queries:
+        q = item["index"]
+        label, camera = cameras["labels"][q], cameras["query_groups"][q]
+        candidates = [
+            j
+            for j in range(len(reference))
+            if not (cameras["ref_labels"][j] == label and cameras["ref_groups"][j] == camera)
+        ]
+        distances = ((reference[candidates] - query[q]) ** 2).sum(axis=1)
+        order = [candidates[i] for i in np.argsort(distances, kind="stable")]
+        shown = [retrieval["index"] for retrieval in item["retrievals"]]
+        assert shown == order[: len(shown)] and len(shown) == min(50, len(order))
+        relevant = [bool(cameras["ref_labels"][j] == label) for j in order]
+        assert [r["relevant"] for r in item["retrievals"]] == relevant[: len(shown)]
+        if not single_shot:
+            assert item["value"] == float(relevant[0])
+
+
+def test_category_counts_leave_out_the_queries_the_overall_count_leaves_out(
+    cli, tmp_path: Path, cameras
+) -> None:
+    """Per category, "queries" are those its metrics average over and "left out" the
+    others (no valid relevant reference), as the overall count: they add up to both."""
+    arrays = dict(cameras)
+    arrays["ref_groups"] = np.zeros(50, dtype=np.int64)  # one camera: many queries left out
+    arrays["query_groups"] = np.zeros(30, dtype=np.int64)
+    arrays["ref_labels"] = np.where(np.arange(50) < 25, arrays["ref_labels"], 9)
+    arrays["query_groups"][::2] = 1
+    arrays["categories"] = np.arange(30) % 3
+    paths = {name: write(tmp_path / f"{name}.npy", array) for name, array in arrays.items()}
+    out = tmp_path / "out.json"
+    result = cli(
+        "evaluate", paths["query"], "--labels", paths["labels"],
+        "--reference", paths["reference"], "--reference-labels", paths["ref_labels"],
+        "--query-groups", paths["query_groups"], "--reference-groups", paths["ref_groups"],
+        "--query-categories", paths["categories"], "--metrics", "precision_at_1",
+        "--output", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    record = json.loads(out.read_text())
+    scored, left_out = record["per_category_queries"], record["per_category_queries_left_out"]
+    # the oracle: a query is left out when no reference of its label has another camera
+    expected_left = {str(c): 0 for c in range(3)}
+    for q in range(30):
+        label, camera = arrays["labels"][q], arrays["query_groups"][q]
+        valid = (arrays["ref_labels"] == label) & (arrays["ref_groups"] != camera)
+        expected_left[str(q % 3)] += int(not valid.any())
+    assert left_out == expected_left and sum(left_out.values()) > 0
+    assert {c: scored[c] + left_out[c] for c in scored} == {str(c): 10 for c in range(3)}
+    assert sum(left_out.values()) == record["settings"]["queries_left_out"]
+    header = next(line for line in result.out.splitlines() if line.startswith("category"))
+    assert header.split()[:4] == ["category", "queries", "left", "out"]

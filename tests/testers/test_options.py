@@ -44,6 +44,8 @@ SPEC_DEFAULTS = {
     "progress_bar": True,
     "distributed": False,
     "split_groups": None,
+    "single_gallery_shot": False,
+    "single_gallery_shot_draws": None,
 }
 
 

@@ -7,6 +7,7 @@ import argparse
 import collections
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,14 @@ from ..worst_queries import (
     worst_queries_rows,
 )
 from ._output import format_table, say_written
-from .loaders import InputFileError, read_label_like
+from .loaders import CATEGORIES, InputFileError, read_label_like
 
 __all__ = [
     "read_categories",
     "render_categories",
     "category_record",
     "category_counts",
+    "CategoryCounts",
     "read_image_paths",
     "worst_queries",
     "render_worst",
@@ -39,25 +41,29 @@ def read_categories(source: str | None, num_rows: int) -> list[Any] | None:
     option)."""
     if source is None:
         return None
-    return list(read_label_like(source, num_rows, "categories", "--query-categories").tolist())
+    return list(read_label_like(source, num_rows, CATEGORIES).tolist())
 
 
 WRONG_MARK = " (!)"  # as the overall table marks a metric --k made wrong
 
 
 def render_categories(
-    per_category: dict[Any, dict[str, Any]], categories: list[Any], wrong: Sequence[str] = ()
+    per_category: dict[Any, dict[str, Any]],
+    counts: CategoryCounts,
+    wrong: Sequence[str] = (),
 ) -> str:
-    """One row per category: its number of queries and each metric on its queries alone;
-    the metrics in ``wrong`` (--k below the largest class) marked as in the overall table."""
-    counts = collections.Counter(categories)
+    """One row per category: the queries its metrics average over, the queries left out
+    (no valid relevant reference, as the overall count leaves them out), and each metric
+    on its queries alone; the metrics in ``wrong`` (--k below the largest class) marked
+    as in the overall table."""
     names = list(next(iter(per_category.values()))) if per_category else []
     rows = [
-        [category, counts[category], *(values[name] for name in names)]
+        [category, counts.scored[category], counts.left_out[category]]
+        + [values[name] for name in names]
         for category, values in per_category.items()
     ]
     header = [f"{name}{WRONG_MARK}" if name in wrong else name for name in names]
-    table = format_table(["category", "queries", *header], rows)
+    table = format_table(["category", "queries", "left out", *header], rows)
     if any(name in wrong for name in names):
         table += f"\n\n{WRONG_MARK.strip()} wrong: --k is below the largest class's size"
     return table
@@ -68,11 +74,39 @@ def category_record(per_category: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     return {str(category): values for category, values in per_category.items()}
 
 
-def category_counts(categories: list[Any]) -> dict[str, int]:
-    """``{category (as text): number of queries}`` for the JSON output."""
-    return {
-        str(category): count for category, count in sorted(collections.Counter(categories).items())
-    }
+@dataclass(frozen=True)
+class CategoryCounts:
+    """Per category: the queries its metrics average over, and those left out."""
+
+    scored: dict[Any, int]
+    left_out: dict[Any, int]
+
+    def as_record(self) -> dict[str, dict[str, int]]:
+        """``{"per_category_queries": ..., "per_category_queries_left_out": ...}`` for the
+        JSON output, categories as text."""
+        return {
+            "per_category_queries": {str(name): count for name, count in self.scored.items()},
+            "per_category_queries_left_out": {
+                str(name): count for name, count in self.left_out.items()
+            },
+        }
+
+
+def category_counts(categories: list[Any], scored_rows: Sequence[int]) -> CategoryCounts:
+    """Count each category's queries: ``scored_rows`` are the queries the metrics average
+    over (``PerQueryValues.query_indices``), the others are left out, as overall.
+
+    Example:
+        >>> counts = category_counts(["a", "b", "a"], [0, 1])
+        >>> counts.scored, counts.left_out
+        ({'a': 1, 'b': 1}, {'a': 1, 'b': 0})
+    """
+    every = collections.Counter(categories)
+    scored = collections.Counter(categories[row] for row in scored_rows)
+    names = sorted(every)
+    return CategoryCounts(
+        {name: scored[name] for name in names}, {name: every[name] - scored[name] for name in names}
+    )
 
 
 def read_image_paths(source: str, num_rows: int, option: str) -> list[Path]:
@@ -92,7 +126,8 @@ def read_image_paths(source: str, num_rows: int, option: str) -> list[Path]:
 
 
 def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[WorstQuery]:
-    """The ``--show-worst`` queries of what ``evaluate`` read."""
+    """The ``--show-worst`` queries of what ``evaluate`` read, under the protocol the
+    metrics used (groups, single-gallery-shot): the same candidates."""
     return find_worst_queries(
         inputs.query,
         inputs.query_labels,
@@ -103,6 +138,7 @@ def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[
         num_queries=args.show_worst,
         k=args.worst_k,
         knn_func=knn_func,
+        **inputs.protocol(),
     )
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 import csv
 import io
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["CsvError", "EXACT_FLOAT", "float_label_message", "parse_csv"]
+__all__ = ["CsvError", "EXACT_FLOAT", "FileRole", "as_role", "float_label_message", "parse_csv"]
 
 # A one-column file of names whose first line is one of these is read as having a header.
 HEADER_NAMES = frozenset(
@@ -46,13 +47,60 @@ class CsvError(InvalidArgumentError):
     """A CSV file that does not hold a table of values the loaders can use."""
 
 
-def parse_csv(data: bytes, name: str, role: str, column: str | None = None) -> np.ndarray:
+@dataclass(frozen=True)
+class FileRole:
+    """What a file's values are for: how they are read and what the messages call them.
+
+    Attributes:
+        kind: How the values are read: ``"embeddings"``, ``"labels"`` (integers or names:
+            labels, group ids, categories) or ``"scores"``.
+        plural: What the messages call the values (``"group ids"``).
+        singular: One of them (``"group id"``), given, never derived from ``plural``.
+        option: The command-line option that names the file, named in every message.
+        key: The array a several-array file (``.npz``, a ``.pt`` dict) is read from by
+            default (its role's own name: ``"labels"``, ``"groups"``, ``"categories"``).
+        header_names: A one-column CSV file whose first line is one of these names (any
+            case) has a header line.
+    """
+
+    kind: str
+    plural: str
+    singular: str
+    option: str | None = None
+    key: str = ""
+    header_names: frozenset[str] = HEADER_NAMES
+
+    @property
+    def what(self) -> str:
+        """The values and their option, e.g. ``"group ids (--query-groups)"``."""
+        return f"{self.plural} ({self.option})" if self.option else self.plural
+
+    @property
+    def default_key(self) -> str:
+        return self.key or self.kind
+
+
+# The roles named by a plain string, with their singular nouns given.
+_SINGULAR = {"embeddings": "embedding", "labels": "label", "scores": "score"}
+
+
+def as_role(role: str | FileRole) -> FileRole:
+    """``role`` as a :class:`FileRole` (``"labels"``, ``"embeddings"``, ``"scores"``)."""
+    if isinstance(role, FileRole):
+        return role
+    return FileRole(role, role, _SINGULAR.get(role, role))
+
+
+def parse_csv(
+    data: bytes, name: str, role: str | FileRole, column: str | None = None
+) -> np.ndarray:
     """The values of a CSV file's bytes as a ``(rows, columns)`` array.
 
     Args:
         data: The file's bytes (UTF-8, with or without a byte order mark).
         name: The file, for messages.
-        role: What the values are for (``embeddings``, ``labels``, ``scores``).
+        role: What the values are for (``embeddings``, ``labels``, ``scores``, or a
+            :class:`FileRole`).
         column: A header name: only that column is read, and the file needs a header.
 
     Raises:
@@ -64,16 +112,17 @@ def parse_csv(data: bytes, name: str, role: str, column: str | None = None) -> n
         array([[9007199254740993],
                [9007199254740992]])
     """
+    role = as_role(role)
     rows = _rows(data.decode("utf-8-sig"))
     if not rows:
-        raise CsvError(f"The {role} file '{name}' is empty: it has no rows of values.")
+        raise CsvError(f"The {role.what} file '{name}' is empty: it has no rows of values.")
     header = _header(rows, role)
     if column is not None:
         header = _named_header(rows, header, column, name)
     body = rows[1:] if header is not None else rows
     if not body:
         raise CsvError(
-            f"The {role} file '{name}' has a header line ({', '.join(rows[0])}) but no rows."
+            f"The {role.what} file '{name}' has a header line ({', '.join(rows[0])}) but no rows."
         )
     widths = sorted({len(row) for row in body} | ({len(header)} if header else set()))
     if len(widths) > 1:
@@ -89,7 +138,7 @@ def _rows(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in row] for row in rows]
 
 
-def _header(rows: list[list[str]], role: str) -> list[str] | None:
+def _header(rows: list[list[str]], role: FileRole) -> list[str] | None:
     """The first row, if it is a header line (the rule ``docs/cli.md`` states).
 
     Names can be labels, so a line of names is a header over lines that are all numbers,
@@ -98,13 +147,14 @@ def _header(rows: list[list[str]], role: str) -> list[str] | None:
     first = rows[0]
     if any(_number(cell) for cell in first):
         return None
-    if role != "labels":
+    if role.kind != "labels":
         return first
+    usual = first[0].lower() in role.header_names
     if len(rows) == 1:  # one line of names alone: a header over no rows, or one name
-        return first if len(first) > 1 or first[0].lower() in HEADER_NAMES else None
+        return first if len(first) > 1 or usual else None
     if all(_number(cell) for row in rows[1:] for cell in row):
         return first
-    return first if len(first) == 1 and first[0].lower() in HEADER_NAMES else None
+    return first if len(first) == 1 and usual else None
 
 
 def _named_header(
@@ -138,19 +188,19 @@ def _shown(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _values(rows: list[list[str]], name: str, role: str) -> np.ndarray:
+def _values(rows: list[list[str]], name: str, role: FileRole) -> np.ndarray:
     cells = [cell for row in rows for cell in row]
     shape = (len(rows), len(rows[0]))
     if not all(_number(cell) for cell in cells):
         return np.array(cells, dtype=str).reshape(shape)
     if all(_INTEGER.fullmatch(cell) for cell in cells):
         return _integers([int(cell) for cell in cells], name, role).reshape(shape)
-    if role == "labels":
-        return _integers([_integral(cell, name) for cell in cells], name, role).reshape(shape)
+    if role.kind == "labels":
+        return _integers([_integral(cell, name, role) for cell in cells], name, role).reshape(shape)
     return np.array([float(cell) for cell in cells], dtype=np.float64).reshape(shape)
 
 
-def _integers(values: list[int], name: str, role: str) -> np.ndarray:
+def _integers(values: list[int], name: str, role: FileRole) -> np.ndarray:
     low, high = min(values), max(values)
     if _INT64.min <= low and high <= _INT64.max:
         return np.array(values, dtype=np.int64)
@@ -158,12 +208,12 @@ def _integers(values: list[int], name: str, role: str) -> np.ndarray:
         return np.array(values, dtype=np.uint64)
     bad = low if low < _INT64.min else high
     raise CsvError(
-        f"The {role} in '{name}' must be integers between {_INT64.min} and {_UINT64.max}. "
+        f"The {role.what} in '{name}' must be integers between {_INT64.min} and {_UINT64.max}. "
         f"Got {bad} instead."
     )
 
 
-def _integral(cell: str, name: str) -> int:
+def _integral(cell: str, name: str, role: FileRole) -> int:
     """A label cell's exact integer: written as one, or a float that is one up to 2^53.
 
     The decimal text is read exactly (``Fraction``), so ``9.007199254740993e15`` is
@@ -174,16 +224,19 @@ def _integral(cell: str, name: str) -> int:
     try:
         value = Fraction(cell)
     except (ValueError, OverflowError):  # inf, nan
-        raise CsvError(float_label_message(name, cell)) from None
+        raise CsvError(float_label_message(name, cell, role)) from None
     if value.denominator != 1 or abs(value) > EXACT_FLOAT:
-        raise CsvError(float_label_message(name, cell))
+        raise CsvError(float_label_message(name, cell, role))
     return int(value)
 
 
-def float_label_message(name: str, value: object) -> str:
-    """The one message for a float label that is not an exact integer, for every format."""
+def float_label_message(name: str, value: object, role: str | FileRole = "labels") -> str:
+    """The one message for a float label (or group id, category: ``role``) that is not an
+    exact integer, for every format."""
+    role = as_role(role)
     return (
-        f"The labels in '{name}' must be integers or names; a float label must be a whole "
+        f"The {role.what} in '{name}' must be integers or names; a float {role.singular} "
+        "must be a whole "
         f"number no larger than 2^53 in magnitude (beyond it a float is not exact). "
         f"Got {value} instead."
     )

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -43,6 +44,7 @@ from ._versions import environment_versions
 from .loaders import (
     check_one_stdin,
     encode_labels,
+    group_role,
     load_embeddings,
     read_label_like,
     read_labels,
@@ -78,6 +80,16 @@ class EvaluationInputs:
     query_categories: list[Any] | None = None
     query_groups: torch.Tensor | None = None
     reference_groups: torch.Tensor | None = None
+    single_gallery_shot: bool = False
+
+    def protocol(self) -> dict[str, Any]:
+        """The protocol arguments of ``get_accuracy`` (and of every view of its per-query
+        results, e.g. the worst queries): one source, so all use the same candidates."""
+        return {
+            "query_groups": self.query_groups,
+            "reference_groups": self.reference_groups,
+            "single_gallery_shot": self.single_gallery_shot,
+        }
 
 
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
@@ -99,6 +111,7 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     categories = read_categories(getattr(args, "query_categories", None), len(query))
     inputs = EvaluationInputs(query, labels[0], reference, reference_labels, names, categories)
     inputs.query_groups, inputs.reference_groups = _load_groups(args, len(query), reference)
+    inputs.single_gallery_shot = bool(getattr(args, "single_gallery_shot", False))
     return inputs
 
 
@@ -126,12 +139,29 @@ def _load_groups(
         raw.append(_read_groups(args.reference_groups, "--reference-groups", len(reference)))
         _check_group_kinds(raw[0], raw[1])
     groups, _ = encode_labels(*raw)
+    if reference is not None:
+        _warn_if_no_shared_group(groups[0], groups[1])
     return groups[0], groups[1] if reference is not None else None
+
+
+# The library's own warning for groups that never meet, which names its arguments; the
+# command line says it in terms of its options instead (_warn_if_no_shared_group).
+_LIBRARY_NO_SHARED_GROUP = "No query group occurs among the reference groups"
+
+
+def _warn_if_no_shared_group(query: torch.Tensor, reference: torch.Tensor) -> None:
+    """Group files whose ids never meet exclude nothing: say so, naming the options."""
+    if not bool(torch.isin(query, reference).any()):
+        warnings.warn(
+            "No group id of --query-groups occurs in --reference-groups, so the same-group "
+            "rule excludes nothing; check that both files number the groups (cameras) alike.",
+            stacklevel=2,
+        )
 
 
 def _read_groups(source: str, option: str, num_rows: int) -> np.ndarray:
     """One group file: integer ids or names (errors name the option, not "labels")."""
-    return read_label_like(source, num_rows, "group ids", option)
+    return read_label_like(source, num_rows, group_role(option))
 
 
 def _check_group_kinds(query: np.ndarray, reference: np.ndarray) -> None:
@@ -245,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
     calculator_logger = logging.getLogger(AccuracyCalculator.__module__)
     calculator_logger.addFilter(small_k)
     try:
-        with quiet:  # what plugins print must not corrupt the JSON on stdout
+        with quiet, warnings.catch_warnings():  # plugins' prints must not corrupt the JSON
+            warnings.filterwarnings("ignore", message=_LIBRARY_NO_SHARED_GROUP)
             calculator = build_calculator(args)
             _log_setup(inputs, calculator)
             started = time.perf_counter()
@@ -253,24 +284,33 @@ def run(args: argparse.Namespace) -> int:
                 calculator,
                 inputs,
                 args.ref_includes_query,
-                args.ci is not None,
-                single_gallery_shot=args.single_gallery_shot,
+                args.ci is not None or inputs.query_categories is not None,
             )
     finally:
         calculator_logger.removeFilter(small_k)
     logger.info("Computed %d metric(s) in %.2f s", len(metrics), time.perf_counter() - started)
     small_k.warn()
+    per_query = metrics.get("per_query")
     intervals = pop_intervals(metrics, args)
     per_category = metrics.pop("per_category", None)
-    worst = worst_queries(args, inputs, calculator.knn_func) if args.show_worst else None
+    counts = None
+    if per_category is not None and per_query is not None:
+        categories = inputs.query_categories or []
+        # without a k-NN metric no query is left out (clustering uses every query)
+        scored = per_query.query_indices.tolist() if per_query.values else range(len(categories))
+        counts = category_counts(categories, scored)
+    worst = None
+    if args.show_worst:
+        with warnings.catch_warnings():  # said once, in the options' terms, when read
+            warnings.filterwarnings("ignore", message=_LIBRARY_NO_SHARED_GROUP)
+            worst = worst_queries(args, inputs, calculator.knn_func)
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))
         if intervals and interval_note(intervals):
             print(interval_note(intervals))
-        if per_category is not None:
-            categories = inputs.query_categories or []
-            print("\n" + render_categories(per_category, categories, small_k.names))
+        if per_category is not None and counts is not None:
+            print("\n" + render_categories(per_category, counts, small_k.names))
         if worst is not None:
             print("\n" + render_worst(worst, args.worst_metric, inputs.class_names))
         check = calculator.last_knn_check
@@ -282,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         record = _record(metrics, inputs, calculator, args, intervals)
         if per_category is not None:
             record["per_category"] = category_record(per_category)
-            record["per_category_queries"] = category_counts(inputs.query_categories or [])
+            record.update(counts.as_record() if counts is not None else {})
         if worst is not None:
             record["worst_queries"] = worst_record(worst, args.worst_metric, inputs.class_names)
         write_results(args.output, record)
@@ -296,7 +336,10 @@ def compute_metrics(
     return_per_query: bool,
     single_gallery_shot: bool = False,
 ) -> dict[str, Any]:
-    """``calculator.get_accuracy`` on what was read from the files."""
+    """``calculator.get_accuracy`` on what was read from the files (under their protocol;
+    ``single_gallery_shot`` also turns it on)."""
+    protocol = inputs.protocol()
+    protocol["single_gallery_shot"] = protocol["single_gallery_shot"] or single_gallery_shot
     return calculator.get_accuracy(
         inputs.query,
         inputs.query_labels,
@@ -305,9 +348,7 @@ def compute_metrics(
         ref_includes_query=ref_includes_query,
         return_per_query=return_per_query,
         query_categories=inputs.query_categories,
-        query_groups=inputs.query_groups,
-        reference_groups=inputs.reference_groups,
-        single_gallery_shot=single_gallery_shot,
+        **protocol,
     )
 
 

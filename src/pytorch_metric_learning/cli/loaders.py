@@ -33,12 +33,24 @@ import torch
 
 from .._mapped import copy_by_blocks, register, row_blocks
 from ..errors import InvalidArgumentError
-from ._csv_reader import EXACT_FLOAT, CsvError, float_label_message, parse_csv
+from ._csv_reader import (
+    EXACT_FLOAT,
+    HEADER_NAMES,
+    CsvError,
+    FileRole,
+    as_role,
+    float_label_message,
+    parse_csv,
+)
 from ._errors import UsageError
 
 __all__ = [
     "SUFFIXES",
+    "CATEGORIES",
+    "FileRole",
     "InputFileError",
+    "LABELS",
+    "group_role",
     "check_one_stdin",
     "load_array",
     "load_embeddings",
@@ -64,12 +76,45 @@ class InputFileError(InvalidArgumentError):
     """An input file is missing, unreadable, or does not hold what its role needs."""
 
 
-def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
+LABELS = FileRole("labels", "labels", "label")
+# The usual first lines of a one-column file of group ids (camera ids) or categories.
+_GROUP_HEADERS = frozenset(
+    {"group", "groups", "group_id", "group_ids", "groupid", "camera", "cameras", "cam", "cams"}
+    | {"camid", "camids", "cam_id", "cam_ids", "camera_id", "camera_ids", "cameraid"}
+)
+_CATEGORY_HEADERS = frozenset(
+    {"category", "categories", "category_id", "super_category", "supercategory"}
+    | {"super_category_id", "superclass", "super_class", "super_class_id"}
+)
+CATEGORIES = FileRole(
+    "labels",
+    "categories",
+    "category",
+    "--query-categories",
+    key="categories",
+    header_names=HEADER_NAMES | _CATEGORY_HEADERS,
+)
+
+
+def group_role(option: str) -> FileRole:
+    """The role of a group-id (camera-id) file named by ``option`` (``--query-groups``)."""
+    return FileRole(
+        "labels",
+        "group ids",
+        "group id",
+        option,
+        key="groups",
+        header_names=HEADER_NAMES | _GROUP_HEADERS,
+    )
+
+
+def load_array(source: str | Path, role: str | FileRole = "embeddings") -> np.ndarray:
     """Read one array from ``source`` (``FILE`` or ``FILE:KEY``).
 
     Args:
         source: The file path, optionally followed by ``:KEY`` for ``.npz`` and ``.pt``.
-        role: What the array is for; it names the default key and appears in errors.
+        role: What the array is for (a name or a :class:`FileRole`); it names the
+            default key and appears, with its option, in every error.
 
     Raises:
         InputFileError: for a missing or unreadable file, an unknown suffix or key.
@@ -81,10 +126,14 @@ def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
         >>> load_array(path).shape
         (2, 2)
     """
+    role = as_role(role)
     path, key = _split_key(str(source))
     handle, suffix = _open(path, role)
     if key is not None and suffix not in _KEYED_SUFFIXES:
-        raise InputFileError(f"A ':KEY' can only follow a .npz, .pt or .csv file. Got '{source}'.")
+        raise InputFileError(
+            f"A ':KEY' can only follow a .npz, .pt or .csv file. Got '{source}' for the "
+            f"{role.what}."
+        )
     try:
         return _READERS[suffix](handle, path, key, role)
     except InputFileError:
@@ -93,7 +142,7 @@ def load_array(source: str | Path, role: str = "embeddings") -> np.ndarray:
         raise InputFileError(str(error)) from None
     except Exception as error:
         reason = " ".join(str(error).split()) or type(error).__name__
-        raise InputFileError(f"Cannot read the {role} file '{path}': {reason}") from error
+        raise InputFileError(f"Cannot read the {role.what} file '{path}': {reason}") from error
 
 
 def check_one_stdin(options: dict[str, Any]) -> None:
@@ -119,24 +168,26 @@ def check_one_stdin(options: dict[str, Any]) -> None:
         )
 
 
-def _open(path: Path, role: str) -> tuple[Path | IO[bytes], str]:
+def _open(path: Path, role: FileRole) -> tuple[Path | IO[bytes], str]:
     """``(what the reader reads, suffix)``: a regular file's path, or a pipe's bytes."""
     if str(path) == STDIN:
         return _sniffed(_stdin_bytes(), path, role)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise InputFileError(f"The {role} file '{path}' does not exist.") from None
+        raise InputFileError(f"The {role.what} file '{path}' does not exist.") from None
     except OSError as error:
-        raise InputFileError(f"Cannot read the {role} file '{path}': {error.strerror}") from None
+        raise InputFileError(
+            f"Cannot read the {role.what} file '{path}': {error.strerror}"
+        ) from None
     if stat.S_ISDIR(mode):
-        raise InputFileError(f"The {role} file '{path}' is a folder; give the file in it.")
+        raise InputFileError(f"The {role.what} file '{path}' is a folder; give the file in it.")
     if stat.S_ISFIFO(mode):
         with open(path, "rb") as pipe:
             return _sniffed(pipe.read(), path, role)
     if not stat.S_ISREG(mode):
         raise InputFileError(
-            f"The {role} file '{path}' is not a regular file (a device or socket); give a "
+            f"The {role.what} file '{path}' is not a regular file (a device or socket); give a "
             f"file, a pipe, or '{STDIN}' for standard input."
         )
     return path, _suffix(path, role)
@@ -148,17 +199,17 @@ def _stdin_bytes() -> bytes:
     return sys.stdin.buffer.read()
 
 
-def _suffix(path: Path, role: str) -> str:
+def _suffix(path: Path, role: FileRole) -> str:
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise InputFileError(
-            f"The {role} file '{path}' must end with one of {', '.join(SUFFIXES)}. "
+            f"The {role.what} file '{path}' must end with one of {', '.join(SUFFIXES)}. "
             f"Got '{suffix or path.name}' instead."
         )
     return suffix
 
 
-def _sniffed(data: bytes, path: Path, role: str) -> tuple[IO[bytes], str]:
+def _sniffed(data: bytes, path: Path, role: FileRole) -> tuple[IO[bytes], str]:
     """A pipe's bytes and their format: the suffix if it has one, else the signature."""
     if path.suffix.lower() in SUFFIXES:
         return io.BytesIO(data), path.suffix.lower()
@@ -213,7 +264,9 @@ def load_embeddings(source: str | Path, *, keep_float16: bool = False) -> torch.
     return tensor
 
 
-def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
+def read_labels(
+    source: str | Path, num_rows: int | None = None, role: FileRole = LABELS
+) -> np.ndarray:
     """Read class labels as a 1-D array of integers or of strings (class names).
 
     A ``(rows, 1)`` array counts as a vector; integral floats become integers.
@@ -221,6 +274,8 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
     Args:
         source: ``FILE`` or ``FILE:KEY``.
         num_rows: If given, the number of labels the embeddings need.
+        role: What the values are (labels, or group ids and categories read alike), for
+            the default key and the messages.
 
     Example:
         >>> import tempfile
@@ -230,62 +285,69 @@ def read_labels(source: str | Path, num_rows: int | None = None) -> np.ndarray:
         ['cat', 'dog', 'cat']
     """
     name = str(source)
-    array = _as_vector(load_array(source, "labels"), "labels", name)
-    _check_length(array, num_rows, "labels", name)
+    array = _as_vector(load_array(source, role), role.what, name)
+    _check_length(array, num_rows, role.what, name, _header_hint(array, num_rows, source, role))
     if array.dtype.kind == "u" and int(array.max()) > _INT64_MAX:
         return array.astype(np.uint64)  # kept exact: int64 would make them negative
     if array.dtype.kind in "iub":
         return array.astype(np.int64)
     if array.dtype.kind == "f":
-        return _integral_floats(array, name)
+        return _integral_floats(array, name, role)
     if array.dtype.kind not in "US":
         raise InputFileError(
-            f"The labels in '{name}' must be integers or names. Got values of type "
+            f"The {role.what} in '{name}' must be integers or names. Got values of type "
             f"{array.dtype} instead."
         )
     return array.astype(str)
 
 
-def read_label_like(source: str | Path, num_rows: int, noun: str, option: str) -> np.ndarray:
+def read_label_like(source: str | Path, num_rows: int, role: FileRole) -> np.ndarray:
     """Read a file of per-row ids that are not class labels (group ids, categories) as
-    :func:`read_labels` reads labels: integers or names, never bools.
+    :func:`read_labels` reads labels: integers or names, never bools. Every error names
+    ``role``'s values and option (e.g. ``group ids (--query-groups)``).
 
-    Its errors say ``noun`` and ``option`` (``"group ids"``, ``"--query-groups"``) where
-    :func:`read_labels` would say "labels"; the file's own name is kept as it is.
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/cams.csv"
+        >>> _ = open(path, "w").write("camera\\nc1\\nc2\\n")
+        >>> read_label_like(path, 2, group_role("--query-groups")).tolist()
+        ['c1', 'c2']
     """
-    what = f"{noun} ({option})"
-    try:
-        if load_array(source, "labels").dtype.kind == "b":
-            raise InputFileError(
-                f"The labels in '{source}' must be integers or names. "
-                "Got values of type bool instead."
-            )
-        return read_labels(source, num_rows=num_rows)
-    except InputFileError as error:
-        raise InputFileError(_renamed(str(error), what, noun)) from None
+    array = load_array(source, role)
+    if array.dtype.kind == "b":
+        raise InputFileError(
+            f"The {role.what} in '{source}' must be integers or names. "
+            "Got values of type bool instead."
+        )
+    return read_labels(source, num_rows=num_rows, role=role)
 
 
-# read_labels' phrases that name what is read, each before the file's quoted name
-_LABEL_PHRASES = ("The labels in ", "The labels file ", "the labels file ")
+def _header_hint(
+    array: np.ndarray, num_rows: int | None, source: str | Path, role: FileRole
+) -> str:
+    """For names with one row too many in a CSV file: their first line may be a header
+    the reader did not take for one; say how to read it as one."""
+    if num_rows is None or len(array) != num_rows + 1 or array.dtype.kind not in "US":
+        return ""
+    if not str(source).lower().endswith(".csv"):
+        return ""
+    first = str(array[0])
+    usual = ", ".join(sorted(role.header_names - HEADER_NAMES)[:4] or ["label", "class"])
+    return (
+        f" If its first line ('{first}') is a header, read the file as '{source}:{first}' "
+        f"(a first line of a usual column name, e.g. {usual}, is taken as a header "
+        "by itself)."
+    )
 
 
-def _renamed(message: str, what: str, noun: str) -> str:
-    """``message`` with each phrase naming labels renamed to ``what``, the float rule's
-    "a float label" to ``noun``'s; the quoted file name is never touched."""
-    for phrase in _LABEL_PHRASES:
-        message = message.replace(phrase, phrase.replace("labels", what), 1)
-    singular = noun[:-1] if noun.endswith("s") else noun
-    return message.replace("a float label ", f"a float {singular} ", 1)
-
-
-def _integral_floats(array: np.ndarray, name: str) -> np.ndarray:
+def _integral_floats(array: np.ndarray, name: str, role: FileRole = LABELS) -> np.ndarray:
     """Float labels that are whole numbers, as int64; beyond 2^53 a float is not exact."""
     array = array.astype(np.float64)  # holds every narrower float exactly; 2^53 fits it
     exact = np.isfinite(array) & (array == np.round(array))
     exact &= np.abs(np.where(exact, array, 0)) <= EXACT_FLOAT
     if not exact.all():
         bad = array[~exact][0]
-        raise InputFileError(float_label_message(name, repr(float(bad))))
+        raise InputFileError(float_label_message(name, repr(float(bad)), role))
     return array.astype(np.int64)
 
 
@@ -398,10 +460,10 @@ Source = Path | IO[bytes]
 _MAPPED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _read_npy(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+def _read_npy(source: Source, path: Path, key: str | None, role: FileRole) -> np.ndarray:
     """A regular file is memory-mapped (read a block at a time later, never copied whole);
     a pipe's bytes are already in memory."""
-    if isinstance(source, Path) and role == "embeddings":
+    if isinstance(source, Path) and role.kind == "embeddings":
         array = np.load(source, mmap_mode="r", allow_pickle=False)
         if isinstance(array, np.memmap) and array.dtype in _MAPPED_DTYPES and register(array):
             return array
@@ -409,28 +471,30 @@ def _read_npy(source: Source, path: Path, key: str | None, role: str) -> np.ndar
     return np.load(source, allow_pickle=False)
 
 
-def _read_npz(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+def _read_npz(source: Source, path: Path, key: str | None, role: FileRole) -> np.ndarray:
     with np.load(source, allow_pickle=False) as archive:
         return _pick(dict(archive.items()), path, key, role)
 
 
-def _read_pt(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+def _read_pt(source: Source, path: Path, key: str | None, role: FileRole) -> np.ndarray:
     content = torch.load(source, map_location="cpu", weights_only=True)
     if isinstance(content, dict):
         content = _pick(content, path, key, role)
     elif key is not None:
-        raise InputFileError(f"'{path}' holds one tensor, not a dict; drop ':{key}'.")
+        raise InputFileError(
+            f"The {role.what} file '{path}' holds one tensor, not a dict; drop ':{key}'."
+        )
     if isinstance(content, torch.Tensor):
         return _tensor_values(content, path, role)
     if isinstance(content, (list, tuple)):
         return np.asarray(content)
     raise InputFileError(
-        f"The {role} file '{path}' must hold a tensor or a dict of tensors. "
+        f"The {role.what} file '{path}' must hold a tensor or a dict of tensors. "
         f"Got {type(content).__name__} instead."
     )
 
 
-def _tensor_values(tensor: torch.Tensor, path: Path, role: str) -> np.ndarray:
+def _tensor_values(tensor: torch.Tensor, path: Path, role: FileRole) -> np.ndarray:
     """A saved tensor's values as NumPy holds them.
 
     A meta tensor has no values and is refused; a sparse one is made dense (its values are
@@ -439,7 +503,7 @@ def _tensor_values(tensor: torch.Tensor, path: Path, role: str) -> np.ndarray:
     """
     if tensor.is_meta:
         raise InputFileError(
-            f"The {role} file '{path}' holds a meta tensor (a shape with no values); save "
+            f"The {role.what} file '{path}' holds a meta tensor (a shape with no values); save "
             "the tensor with its values."
         )
     if tensor.layout != torch.strided:
@@ -452,21 +516,26 @@ def _tensor_values(tensor: torch.Tensor, path: Path, role: str) -> np.ndarray:
 _NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
-def _pick(arrays: dict[str, Any], path: Path, key: str | None, role: str) -> Any:
+def _pick(arrays: dict[str, Any], path: Path, key: str | None, role: FileRole) -> Any:
+    """The array ``key`` names, else the only one, else the one named after the role."""
     if key is not None:
         if key not in arrays:
-            raise InputFileError(f"'{path}' has no array '{key}'. It has: {sorted(arrays)}.")
+            raise InputFileError(
+                f"The {role.what} file '{path}' has no array '{key}'. It has: "
+                f"{sorted(map(str, arrays))}."
+            )
         return arrays[key]
     if len(arrays) == 1:
         return next(iter(arrays.values()))
-    if role in arrays:
-        return arrays[role]
+    if role.default_key in arrays:
+        return arrays[role.default_key]
     raise InputFileError(
-        f"'{path}' holds several arrays {sorted(map(str, arrays))}; choose one with '{path}:KEY'."
+        f"The {role.what} file '{path}' holds several arrays {sorted(map(str, arrays))} and "
+        f"none is named '{role.default_key}'; choose one with '{path}:KEY'."
     )
 
 
-def _read_csv(source: Source, path: Path, key: str | None, role: str) -> np.ndarray:
+def _read_csv(source: Source, path: Path, key: str | None, role: FileRole) -> np.ndarray:
     data = source.read_bytes() if isinstance(source, Path) else source.read()
     return parse_csv(data, str(path), role, column=key)
 
@@ -501,9 +570,11 @@ def _as_float(array: np.ndarray, role: str, name: str) -> np.ndarray:
     return array.astype(np.float64 if array.dtype == np.float64 else np.float32, copy=False)
 
 
-def _check_length(array: np.ndarray, num_rows: int | None, role: str, name: str) -> None:
+def _check_length(
+    array: np.ndarray, num_rows: int | None, role: str, name: str, hint: str = ""
+) -> None:
     if num_rows is not None and len(array) != num_rows:
         raise InputFileError(
             f"The {role} in '{name}' have {len(array)} rows but the data they label has "
-            f"{num_rows}; they must have the same length."
+            f"{num_rows}; they must have the same length.{hint}"
         )

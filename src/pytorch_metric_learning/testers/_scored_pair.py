@@ -10,7 +10,8 @@ __all__ = ["ScoredPair"]
 
 
 class ScoredPair(NamedTuple):
-    """Embeddings and labels (every level, 2-D) of a query split and its reference."""
+    """Embeddings and labels (every level, 2-D) of a query split and its reference, with
+    the protocol they are scored under (groups, single-gallery-shot)."""
 
     query: torch.Tensor
     query_labels: torch.Tensor
@@ -19,6 +20,8 @@ class ScoredPair(NamedTuple):
     ref_includes_query: bool
     query_groups: torch.Tensor | None = None
     reference_groups: torch.Tensor | None = None
+    single_gallery_shot: bool = False
+    single_gallery_shot_draws: int | None = None
 
     def accuracy_arguments(
         self,
@@ -40,4 +43,7 @@ class ScoredPair(NamedTuple):
         if self.query_groups is not None and self.reference_groups is not None:
             arguments["query_groups"] = self.query_groups[all_query]
             arguments["reference_groups"] = self.reference_groups[all_reference]
+        if self.single_gallery_shot:
+            arguments["single_gallery_shot"] = True
+            arguments["single_gallery_shot_draws"] = self.single_gallery_shot_draws
         return arguments

@@ -87,6 +87,11 @@ class BaseTester:
             ``query_groups``/``reference_groups`` (joined like the reference splits), so a
             reference with the query's label and group is not a candidate (the
             re-identification protocol, docs/protocols.md). Not with ``distributed``.
+        single_gallery_shot: Score with ``get_accuracy(..., single_gallery_shot=True)``:
+            torchreid's CUHK03 single-gallery-shot CMC (docs/protocols.md). Not with
+            ``distributed``.
+        single_gallery_shot_draws: With ``single_gallery_shot``, passed as
+            ``single_gallery_shot_draws`` (random draws instead of the exact expectation).
 
     Example:
         >>> tester = BaseTester(batch_size=64, data_device="cpu")
@@ -116,6 +121,8 @@ class BaseTester:
         progress_bar: bool = True,
         distributed: bool = False,
         split_groups: Mapping[str, Any] | None = None,
+        single_gallery_shot: bool = False,
+        single_gallery_shot_draws: int | None = None,
     ) -> None:
         owner = type(self).__name__
         self.normalize_embeddings = opts.check_bool(
@@ -153,6 +160,9 @@ class BaseTester:
         )
         self.progress_bar = opts.check_bool(progress_bar, "progress_bar", owner)
         self.split_groups = _check_split_groups(split_groups, self.distributed, owner)
+        self.single_gallery_shot, self.single_gallery_shot_draws = _check_single_shot(
+            single_gallery_shot, single_gallery_shot_draws, self.distributed, owner
+        )
         # a defaultdict(dict), as in 2.x: code may write all_accuracies[split][key] = value
         self.all_accuracies: dict[str, dict[str, Any]] = defaultdict(dict)
 
@@ -520,7 +530,16 @@ class BaseTester:
             "Computing accuracy for the %s split w.r.t %s", query_split_name, reference_split_names
         )
         groups = self._groups(query_split_name, reference_split_names, (query, reference))
-        pair = ScoredPair(query, query_labels, reference, reference_labels, includes, *groups)
+        pair = ScoredPair(
+            query,
+            query_labels,
+            reference,
+            reference_labels,
+            includes,
+            *groups,
+            self.single_gallery_shot,
+            self.single_gallery_shot_draws,
+        )
         per_level = {level: self.score_level(pair, level) for level in levels}
         accuracies: dict[str, Any] = {"epoch": epoch}
         for level, scores in per_level.items():
@@ -718,6 +737,32 @@ def _check_same_levels(
             f"Query and reference splits {list(dict.fromkeys(names))} must have the same "
             f"number of label levels. Got {levels} instead."
         )
+
+
+def _check_single_shot(
+    enabled: Any, draws: Any, distributed: bool, owner: str
+) -> tuple[bool, int | None]:
+    """The single-gallery-shot options, checked when the tester is built (not at the first
+    evaluation): a bool, a positive number of draws only with it, not distributed."""
+    enabled = opts.check_bool(enabled, "single_gallery_shot", owner)
+    if draws is not None:
+        if not enabled:
+            raise invalid(
+                "single_gallery_shot_draws",
+                owner,
+                "None unless single_gallery_shot=True",
+                draws,
+            )
+        draws = check_positive_int(draws, "single_gallery_shot_draws", owner)
+    if enabled and distributed:
+        raise invalid(
+            "single_gallery_shot",
+            owner,
+            "False with distributed=True (the single-shot CMC ranks every candidate of a "
+            "query in one process)",
+            enabled,
+        )
+    return enabled, draws
 
 
 def _check_split_groups(

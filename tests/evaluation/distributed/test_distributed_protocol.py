@@ -276,3 +276,14 @@ def test_one_rank_equals_one_process_for_any_options(
     assert calc.last_num_queries_left_out == left_out
     for metric, value in expected.items():
         assert _same(got[metric], value), metric
+
+
+def test_a_custom_comparison_refusal_names_the_groups(one_rank_group) -> None:
+    calc = DistributedAccuracyCalculator(
+        include=("precision_at_1",), label_comparison_fn=lambda a, b: a == b
+    )
+    x, labels, groups = torch.tensor([[0.0], [1.0]]), torch.tensor([0, 0]), torch.tensor([0, 1])
+    with pytest.raises(InvalidArgumentError) as caught:
+        calc.get_accuracy(x, labels, x, labels, query_groups=groups, reference_groups=groups)
+    for name in ("'query_groups'", "'reference_groups'", "'label_comparison_fn'"):
+        assert name in str(caught.value)

@@ -118,8 +118,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="how --ci makes intervals: auto (default) gives metrics that are 0 or 1 per "
         "query (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
-        "the others the percentile bootstrap; or one method for all (clopper_pearson only "
-        "when every metric is recall_at_K or precision_at_1, without --ci-by-class)",
+        "the others the percentile bootstrap (so do all metrics under --single-gallery-shot, "
+        "whose per-query values are expectations); or one method for all (clopper_pearson "
+        "only when every metric is recall_at_K or precision_at_1, without --ci-by-class or "
+        "--single-gallery-shot)",
     )
     _add_worst_arguments(parser)
     parser.set_defaults(
@@ -224,6 +226,13 @@ def check_ci_method(args: argparse.Namespace) -> None:
         raise UsageError("--ci-method chooses how --ci makes intervals; it needs --ci")
     if method != "clopper_pearson":
         return
+    if getattr(args, "single_gallery_shot", False):
+        raise UsageError(
+            "--ci-method clopper_pearson cannot be combined with --single-gallery-shot: its "
+            "per-query recall_at_K and precision_at_1 are expectations between 0 and 1 (over "
+            "the single-shot draws), not 0/1 outcomes, so a binomial interval does not apply "
+            "(use --ci-method auto or percentile: the percentile bootstrap)"
+        )
     if args.ci_by_class:
         raise UsageError(
             "--ci-method clopper_pearson assumes independent queries; it cannot be combined "

@@ -74,6 +74,17 @@ class ProtocolOptions:
             excluded_pairs,
         )
 
+    def given(self) -> list[str]:
+        """The names of the options given (for a refusal to name them)."""
+        names = (
+            "query_groups",
+            "reference_groups",
+            "junk_labels",
+            "distractor_labels",
+            "excluded_pairs",
+        )
+        return [name for name in names if _given(getattr(self, name))]
+
     @property
     def active(self) -> bool:
         return (
@@ -83,6 +94,12 @@ class ProtocolOptions:
             or bool(self.distractor_labels)
             or self.excluded_pairs is not None
         )
+
+
+def _given(value: Any) -> bool:
+    """Whether an option was given: not None, and not an empty tuple of labels (arrays and
+    tensors are never compared, only tested for None)."""
+    return value is not None and not (isinstance(value, tuple) and len(value) == 0)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ CALLER = "AccuracyCalculator.get_accuracy"
 
 # float64 elements of the (queries, relevant items, identities) block of one step.
 _BLOCK_ELEMENTS = 1 << 22
+# Random integers drawn at once by the single-shot draws (8 bytes each: 32 MiB).
+_DRAW_ELEMENTS = 1 << 22
 # Skipped: a relevant candidate's chances whose bound is below exp(-50) (about 2e-22).
 _NEGLIGIBLE_EXPONENT = 50.0
 
@@ -202,28 +204,46 @@ def drawn_cmc(
         comes within the first ``K`` identities, at ``[q, K - 1]``.
     """
     found = torch.zeros(len(identities), max_rank, dtype=torch.float64)
-    ranks = np.arange(1, max_rank + 1)
     for row, (ids, relevant) in enumerate(zip(identities.cpu().numpy(), relevance.cpu().numpy())):
-        drawn = _draw_ranks(ids[ids >= 0], relevant[ids >= 0], draws)
-        found[row] = torch.from_numpy((drawn[:, None] <= ranks[None, :]).mean(axis=0))
+        hits = _drawn_hits(ids[ids >= 0], relevant[ids >= 0], draws, max_rank)
+        found[row] = torch.from_numpy(hits / draws)
     return found
 
 
-def _draw_ranks(ids: np.ndarray, relevant: np.ndarray, draws: int) -> np.ndarray:
-    """The rank of the query's identity in each of ``draws`` single-shot draws of one
-    query's ranked candidates ``ids``."""
+def _drawn_hits(ids: np.ndarray, relevant: np.ndarray, draws: int, max_rank: int) -> np.ndarray:
+    """How many of ``draws`` single-shot draws of one query's ranked candidates ``ids``
+    put its identity within each rank ``1 .. max_rank`` (float64 counts).
+
+    The draws are made in chunks of at most :data:`_DRAW_ELEMENTS` random integers, one
+    after the other from the same random state (so the numbers do not depend on the chunk
+    size), and only counts are kept: any number of draws runs in bounded memory.
+    """
+    identity = _identities_by_first(ids)
+    sizes = np.bincount(identity)
+    positions = np.argsort(identity, kind="stable")  # grouped by identity, nearest first
+    starts = np.cumsum(sizes) - sizes
+    own_identity = identity[np.flatnonzero(relevant)[0]]
+    ranks = np.arange(1, max_rank + 1)
+    hits = np.zeros(max_rank, dtype=np.float64)
+    chunk = max(1, _DRAW_ELEMENTS // len(sizes))
+    done = 0
+    while done < draws:
+        size = min(chunk, draws - done)
+        # a bounded integer per (draw, identity), as np.random.choice(positions of j) draws it
+        picks = np.random.randint(0, np.tile(sizes, size)).reshape(size, len(sizes))
+        chosen = positions[starts[None, :] + picks]
+        drawn = (chosen < chosen[:, own_identity : own_identity + 1]).sum(axis=1) + 1
+        hits += (drawn[:, None] <= ranks[None, :]).sum(axis=0)
+        done += size
+    return hits
+
+
+def _identities_by_first(ids: np.ndarray) -> np.ndarray:
+    """Each candidate's identity, the identities numbered in order of first appearance."""
     _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
     order = np.empty(len(first), dtype=np.int64)
     order[np.argsort(first, kind="stable")] = np.arange(len(first))
-    identity = order[inverse.reshape(-1)]  # identities numbered by first appearance
-    sizes = np.bincount(identity, minlength=len(first))
-    positions = np.argsort(identity, kind="stable")  # grouped by identity, nearest first
-    starts = np.cumsum(sizes) - sizes
-    # a bounded integer per (draw, identity), as np.random.choice(positions of j) draws it
-    picks = np.random.randint(0, np.tile(sizes, draws)).reshape(draws, len(sizes))
-    chosen = positions[starts[None, :] + picks]
-    own = chosen[:, identity[np.flatnonzero(relevant)[0]]]
-    return (chosen < own[:, None]).sum(axis=1) + 1
+    return order[inverse.reshape(-1)]
 
 
 @dataclass(frozen=True)

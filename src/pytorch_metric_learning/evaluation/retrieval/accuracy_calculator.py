@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -34,6 +35,7 @@ from ..clustering.mutual_information import adjusted_mutual_info, normalized_mut
 from ..search._checked_search import search_knn
 from ..search._excluded_search import search_excluding
 from ..search._spot_check import SpotCheck
+from ..search.exclusion import Exclusion
 from ..search.knn import CustomKNN
 from ..search.registry import Spec, load_kmeans_func, load_knn_func
 from . import metrics
@@ -53,6 +55,7 @@ from ._per_query import PerQueryValues, collect_per_query, per_query_values
 from ._protocol import (
     Protocol,
     ProtocolOptions,
+    Roles,
     build_protocol,
     check_groups,
     check_no_overlap,
@@ -69,7 +72,13 @@ from ._single_shot import (
     single_shot_rank,
 )
 
-__all__ = ["AccuracyCalculator", "EQUALITY", "DEFAULT_METRICS", "ON_REQUEST_METRICS"]
+__all__ = [
+    "AccuracyCalculator",
+    "CandidateRanking",
+    "EQUALITY",
+    "DEFAULT_METRICS",
+    "ON_REQUEST_METRICS",
+]
 
 OWNER = "AccuracyCalculator"
 logger = logging.getLogger(__name__)
@@ -79,6 +88,37 @@ _ONE_NEIGHBOUR_METRICS = frozenset({"precision_at_1"})
 _METRIC_BLOCK = 1 << 22
 
 MetricValue = Any  # a float, or a list of floats with return_per_class
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The checked inputs of one call: ``tensors`` are ``(query, query_labels, reference,
+    reference_labels)`` (each role's rows of one set under ``roles``); ``options`` is None
+    without a protocol."""
+
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+    ref_includes_query: bool
+    options: ProtocolOptions | None = None
+    self_rows: torch.Tensor | None = None
+    single_shot: SingleShot | None = None
+    roles: Roles | None = None
+
+
+@dataclass(frozen=True)
+class CandidateRanking:
+    """One query's candidates, nearest first (see :meth:`AccuracyCalculator.rank_candidates`).
+
+    Attributes:
+        query: The query's row (under ``is_query``/``is_reference``: its row in the set).
+        distances: What the k-NN backend returned for each candidate.
+        indices: Each candidate's reference row (under the roles: its row in the set).
+        relevant: Whether each candidate is relevant (the query's label, not a distractor).
+    """
+
+    query: int
+    distances: torch.Tensor
+    indices: torch.Tensor
+    relevant: torch.Tensor
 
 
 class _UnsupportedCombinationError(InvalidArgumentError, NotImplementedError):
@@ -489,27 +529,16 @@ class AccuracyCalculator:
                 k-NN backend whose output has the wrong shape or indices outside the
                 reference.
         """
-        roles = is_query is not None or is_reference is not None
-        if roles:
-            _check_one_set(reference, reference_labels, ref_includes_query, reference_groups)
-        query, query_labels, reference, reference_labels, ref_includes_query = self._inputs(
-            query, query_labels, reference, reference_labels, ref_includes_query
+        call = self._prepared_call(
+            (query, query_labels, reference, reference_labels, ref_includes_query),
+            ProtocolOptions.of(
+                query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
+            ),
+            (is_query, is_reference),
+            (single_gallery_shot, single_gallery_shot_draws),
         )
-        options = ProtocolOptions.of(
-            query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
-        )
-        single_shot = single_shot_option(single_gallery_shot, single_gallery_shot_draws)
-        protocol_inputs = None
-        if roles or options.active or single_shot is not None:
-            self._check_protocol_allowed()
-            check_no_overlap(options)
-            protocol_inputs = _protocol_inputs(
-                (query, query_labels, reference, reference_labels, ref_includes_query),
-                options,
-                (is_query, is_reference) if roles else None,
-            )
-            query, query_labels, reference, reference_labels, options, self_rows = protocol_inputs
-            ref_includes_query = False  # the self matches are a rule of the protocol
+        query, query_labels, reference, reference_labels = call.tensors
+        ref_includes_query = call.ref_includes_query
         check_has_rows(query, reference, f"{OWNER}.get_accuracy")  # one process has them all
         check_has_columns(query, f"{OWNER}.get_accuracy")
         categories = _categories_for_call(query_categories, return_per_category, query)
@@ -522,9 +551,9 @@ class AccuracyCalculator:
             "ref_includes_query": ref_includes_query,
             "label_comparison_fn": self.label_comparison_fn,
         }
-        if protocol_inputs is not None:
-            kwargs["protocol_options"] = (options, self_rows)
-            kwargs["single_shot"] = single_shot
+        if call.options is not None:
+            kwargs["protocol_options"] = (call.options, call.self_rows)
+            kwargs["single_shot"] = call.single_shot
         with adapted_threads(len(query) * len(reference), query.device):
             if any(self._uses_knn(name) for name in functions):
                 kwargs.update(self._knn_kwargs(functions, **kwargs))
@@ -538,6 +567,124 @@ class AccuracyCalculator:
                     results["per_category"] = self._per_category(functions, kwargs, categories)
         kwargs.clear()  # release the k-NN outputs before returning
         return results
+
+    def rank_candidates(
+        self,
+        rows: Any,
+        query: torch.Tensor,
+        query_labels: torch.Tensor,
+        reference: torch.Tensor | None = None,
+        reference_labels: torch.Tensor | None = None,
+        ref_includes_query: bool = False,
+        *,
+        query_groups: torch.Tensor | None = None,
+        reference_groups: torch.Tensor | None = None,
+        junk_labels: Sequence[Any] = (),
+        distractor_labels: Sequence[Any] = (),
+        excluded_pairs: torch.Tensor | None = None,
+        is_query: torch.Tensor | None = None,
+        is_reference: torch.Tensor | None = None,
+        single_gallery_shot: bool = False,
+        single_gallery_shot_draws: int | None = None,
+    ) -> list[CandidateRanking]:
+        """Every candidate of some queries, ranked, as :meth:`get_accuracy` ranks them.
+
+        For views of the per-query results (the worst queries' table and picture): the
+        same arguments as :meth:`get_accuracy`, so the same candidates (the protocol's
+        exclusions, junk and roles applied; distractors never relevant). The single-shot
+        options change no candidate (they are checked alike): the single-shot CMC draws
+        from this ranking.
+
+        Args:
+            rows: Query indices as :attr:`PerQueryValues.query_indices` numbers them (the
+                rows of ``query``, or under ``is_query`` the position among the queries).
+            query, query_labels, reference, reference_labels, ref_includes_query: As for
+                :meth:`get_accuracy`.
+
+        Returns:
+            One :class:`CandidateRanking` per row, in the order of ``rows``.
+        """
+        call = self._prepared_call(
+            (query, query_labels, reference, reference_labels, ref_includes_query),
+            ProtocolOptions.of(
+                query_groups, reference_groups, junk_labels, distractor_labels, excluded_pairs
+            ),
+            (is_query, is_reference),
+            (single_gallery_shot, single_gallery_shot_draws),
+        )
+        query, query_labels, reference, reference_labels = call.tensors
+        rows = torch.as_tensor(rows, dtype=torch.long, device=query.device).reshape(-1)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= len(query)):
+            raise invalid(
+                "rows", f"{OWNER}.rank_candidates", f"query indices in [0, {len(query)})", rows
+            )
+        exclusion, distractors = self._exclusion_of(call)
+        distances, indices, valid = search_excluding(
+            self.knn_func,
+            query[rows],
+            len(reference),
+            reference,
+            exclusion.for_queries(rows),
+            caller=OWNER,
+        )
+        relevant = (reference_labels[indices] == query_labels[rows].unsqueeze(1)) & valid
+        if distractors is not None:
+            relevant &= ~distractors[indices]
+        roles = call.roles
+        return [
+            CandidateRanking(
+                int(row if roles is None else roles.query_rows[row]),
+                row_distances[row_valid].cpu(),
+                (row_indices if roles is None else roles.reference_rows[row_indices])[
+                    row_valid
+                ].cpu(),
+                row_relevant[row_valid].cpu(),
+            )
+            for row, row_distances, row_indices, row_valid, row_relevant in zip(
+                rows.tolist(), distances, indices, valid, relevant
+            )
+        ]
+
+    def _exclusion_of(self, call: _Call) -> tuple[Exclusion, torch.Tensor | None]:
+        """The candidate rules of a prepared call, and its distractor flags (or None)."""
+        query, query_labels, reference, reference_labels = call.tensors
+        if call.options is None:
+            self_rows = torch.arange(len(query), device=query.device)
+            rules = [(self_rows, torch.arange(len(reference), device=query.device))]
+            exclusion = Exclusion(
+                len(query), len(reference), rules if call.ref_includes_query else ()
+            )
+            return exclusion, None
+        stats = label_stats(query_labels, reference_labels, False)
+        protocol = build_protocol(
+            call.options, stats, (query_labels, reference_labels), call.self_rows
+        )
+        return protocol.exclusion, protocol.distractors
+
+    def _prepared_call(
+        self,
+        inputs: tuple[Any, Any, Any, Any, bool],
+        options: ProtocolOptions,
+        flags: tuple[Any, Any],
+        single_shot_arguments: tuple[Any, Any],
+    ) -> _Call:
+        """The checked inputs of one call and, under a protocol, its checked options
+        (the one preparation of :meth:`get_accuracy` and :meth:`rank_candidates`)."""
+        query, query_labels, reference, reference_labels, ref_includes_query = inputs
+        roles = flags[0] is not None or flags[1] is not None
+        if roles:
+            _check_one_set(
+                reference, reference_labels, ref_includes_query, options.reference_groups
+            )
+        tensors = self._inputs(query, query_labels, reference, reference_labels, ref_includes_query)
+        single_shot = single_shot_option(*single_shot_arguments)
+        if not (roles or options.active or single_shot is not None):
+            return _Call(tensors[:4], tensors[4])
+        self._check_protocol_allowed(_given_protocol_arguments(options, roles, single_shot))
+        check_no_overlap(options)
+        found = _protocol_inputs(tensors, options, flags if roles else None)
+        # the self matches are a rule of the protocol: ref_includes_query becomes False
+        return _Call(found[:4], False, found[4], found[5], single_shot, found[6])
 
     def _get_accuracy(
         self, function_dict: dict[str, Callable[..., MetricValue]], **kwargs: Any
@@ -677,7 +824,8 @@ class AccuracyCalculator:
                 self.determine_k(stats.match_counts, len(reference), ref_includes_query),
                 len(reference) - int(ref_includes_query),
             )
-        logger.info("AccuracyCalculator: k=%d neighbours per query (k=%r)", k, self.k)
+        single_shot = kwargs.get("single_shot")
+        _log_search(k, self.k, single_shot, len(reference))
         found = {
             "label_counts": (stats.unique_query_labels, stats.match_counts),
             "lone_query_labels": _lone_labels(stats),
@@ -692,7 +840,6 @@ class AccuracyCalculator:
             values = blocked_values(blocks, k, names, stats, labels, comparison, _METRIC_BLOCK)
             empty = {key: None for key in ("knn_labels", "knn_distances", "knn_indices")}
             return {**found, **empty, "relevance": None, "knn_values": values}
-        single_shot = kwargs.get("single_shot")
         single_shot_cmc = None
         if protocol is None:
             distances, indices = self._search(query, k, reference, ref_includes_query)
@@ -858,12 +1005,15 @@ class AccuracyCalculator:
             self.knn_func, query, k, reference, protocol.exclusion, caller=OWNER
         )
 
-    def _check_protocol_allowed(self) -> None:
+    def _check_protocol_allowed(self, given: list[str]) -> None:
+        """The protocol's arguments (named in ``given``) need plain label equality."""
         if self._custom_comparison is not None:
             raise _UnsupportedCombinationError(
-                "The groups, junk/distractor labels, excluded pairs and roles of "
+                f"The {', '.join(repr(name) for name in given)} parameter(s) of "
                 "AccuracyCalculator.get_accuracy need plain label equality; they cannot be "
-                "used with a custom 'label_comparison_fn'."
+                "used with the custom 'label_comparison_fn' of AccuracyCalculator (the groups, "
+                "junk/distractor labels, excluded pairs, roles and single-gallery-shot mode "
+                "all compare labels for equality)."
             )
 
     # ----- clustering -----
@@ -1083,6 +1233,26 @@ def _categories_for_call(
     return None if return_per_category is False else categories
 
 
+def _log_search(k: int, setting: Any, single_shot: SingleShot | None, num_reference: int) -> None:
+    """What the search retrieves: ``k`` neighbours, or (single-gallery-shot) every candidate."""
+    if single_shot is None:
+        logger.info("AccuracyCalculator: k=%d neighbours per query (k=%r)", k, setting)
+        return
+    how = (
+        "the exact expectation"
+        if single_shot.draws is None
+        else f"{single_shot.draws} random draws per query"
+    )
+    logger.info(
+        "AccuracyCalculator: every candidate among the %d references ranked per query for the "
+        "single-gallery-shot CMC (%s); the other k-NN metrics use the first %d (k=%r)",
+        num_reference,
+        how,
+        k,
+        setting,
+    )
+
+
 def _log_small_k(names: list[str], k: int, max_bin_count: int) -> None:
     """2.x logged this (not a UserWarning), so ``assertLogs`` and logging config see it."""
     logger.warning(
@@ -1155,6 +1325,20 @@ def _check_reference_starts_with_query(
         )
 
 
+def _given_protocol_arguments(
+    options: ProtocolOptions, roles: bool, single_shot: SingleShot | None
+) -> list[str]:
+    """The names of the protocol arguments a call gave (for a refusal to name them)."""
+    given = options.given()
+    if roles:
+        given += ["is_query", "is_reference"]
+    if single_shot is not None:
+        given.append("single_gallery_shot")
+        if single_shot.draws is not None:
+            given.append("single_gallery_shot_draws")
+    return given
+
+
 def _check_one_set(
     reference: Any, reference_labels: Any, ref_includes_query: bool, reference_groups: Any
 ) -> None:
@@ -1183,10 +1367,17 @@ def _protocol_inputs(
     options: ProtocolOptions,
     flags: tuple[Any, Any] | None,
 ) -> tuple[
-    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, ProtocolOptions, torch.Tensor | None
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    ProtocolOptions,
+    torch.Tensor | None,
+    Roles | None,
 ]:
-    """The query and reference of a protocol call, its checked options, and each query's
-    own reference row (``self_rows``, -1 for none; None when no query is a reference)."""
+    """The query and reference of a protocol call, its checked options, each query's
+    own reference row (``self_rows``, -1 for none; None when no query is a reference),
+    and the rows of each role (None without ``is_query``/``is_reference``)."""
     query, query_labels, reference, reference_labels, ref_includes_query = inputs
     one_set = reference is query and ref_includes_query
     device = query.device
@@ -1199,9 +1390,16 @@ def _protocol_inputs(
             )
         reference_groups = query_groups
     elif (query_groups is None) != (reference_groups is None):
-        missing = "reference_groups" if reference_groups is None else "query_groups"
+        missing, given = (
+            ("reference_groups", "query_groups")
+            if reference_groups is None
+            else ("query_groups", "reference_groups")
+        )
         raise invalid(
-            missing, "AccuracyCalculator.get_accuracy", "group ids (both or neither)", None
+            missing,
+            "AccuracyCalculator.get_accuracy",
+            f"group ids when '{given}' is given (both or neither)",
+            None,
         )
     if query_groups is not None:
         query_groups = check_groups(query_groups, "query_groups", len(query), device)
@@ -1210,6 +1408,7 @@ def _protocol_inputs(
         )
     pairs = check_pairs(options.excluded_pairs, (len(query), len(reference)), device)
     self_rows = torch.arange(len(query), device=device) if ref_includes_query else None
+    roles = None
     if flags is not None:
         roles = split_roles(flags[0], flags[1], len(query))
         position = torch.full((len(query),), -1, dtype=torch.long, device=device)
@@ -1228,7 +1427,7 @@ def _protocol_inputs(
     checked = ProtocolOptions(
         query_groups, reference_groups, options.junk_labels, options.distractor_labels, pairs
     )
-    return query, query_labels, reference, reference_labels, checked, self_rows
+    return query, query_labels, reference, reference_labels, checked, self_rows, roles
 
 
 def _pairs_in_roles(

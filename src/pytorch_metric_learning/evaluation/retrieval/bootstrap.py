@@ -19,12 +19,15 @@ n = 30 and 63% at n = 100 for a true rate of 0.99): it cannot see outside the sa
 ``method="auto"`` (the default) gives a metric whose per-query values are all 0 or 1
 (Recall@K, precision@1) the Clopper-Pearson interval of a binomial proportion
 (:mod:`.binomial`), which covers at least its level for every rate and every n, and keeps
-the percentile bootstrap for the others and whenever whole classes are resampled.
+the percentile bootstrap for the others and whenever whole classes are resampled. Under
+``single_gallery_shot`` a query's Recall@K and precision@1 are expectations over the
+single-shot draws (any value in [0, 1]), not 0/1 outcomes: no binomial interval applies,
+so ``"auto"`` bootstraps them and ``"clopper_pearson"`` is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,7 @@ import torch
 from ..._validation import check_plain_tensor, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ._per_query import PerQueryValues
+from ._single_shot import single_shot_rank
 from .binomial import clopper_pearson
 
 __all__ = [
@@ -185,7 +189,8 @@ def bootstrap_intervals(
     _check_options(level, num_resamples, seed, owner)
     matrix = _values_matrix(_per_query_values(per_query, owner), owner)
     groups = _class_groups(per_query) if by_class else None
-    chosen = _methods(matrix, method, by_class, owner, list(per_query.values))
+    names = list(per_query.values)
+    chosen = _methods(matrix, method, by_class, owner, names, _expected(per_query))
     means = _resampled_means(matrix, groups, num_resamples, seed)
     estimates = matrix.mean(dim=0) if len(matrix) else torch.full((matrix.shape[1],), torch.nan)
     return {
@@ -366,14 +371,39 @@ def _interval(estimate: float, means: torch.Tensor, level: float) -> ConfidenceI
     return ConfidenceInterval(estimate, low, high, level)
 
 
+def _expected(per_query: PerQueryValues) -> list[str]:
+    """The metrics whose per-query values are single-shot expectations (in [0, 1]), not
+    0/1 outcomes, even where a value happens to be 0 or 1."""
+    if per_query.single_shot_cmc is None:
+        return []
+    return [name for name in per_query.values if single_shot_rank(name) is not None]
+
+
 def _methods(
-    matrix: torch.Tensor, method: Any, grouped: bool, owner: str, names: list[str]
+    matrix: torch.Tensor,
+    method: Any,
+    grouped: bool,
+    owner: str,
+    names: list[str],
+    expected: Sequence[str] = (),
 ) -> list[str]:
     """The interval method of each column (named by ``names``): ``method``, or what
-    ``"auto"`` chooses."""
+    ``"auto"`` chooses. The columns named in ``expected`` (single-shot expectations) are
+    never binomial: ``"auto"`` bootstraps them and ``"clopper_pearson"`` is refused."""
     if not isinstance(method, str) or method not in METHODS:
         raise invalid("method", owner, f"one of {list(METHODS)}", method)
-    zero_one = [bool(((column == 0) | (column == 1)).all()) for column in matrix.T]
+    zero_one = [
+        bool(((column == 0) | (column == 1)).all()) and name not in expected
+        for name, column in zip(names, matrix.T)
+    ]
+    if method == "clopper_pearson" and expected:
+        raise InvalidArgumentError(
+            f"The 'method' parameter of {owner} cannot be 'clopper_pearson' for the per-query "
+            "values of get_accuracy(..., single_gallery_shot=True): "
+            f"{', '.join(repr(name) for name in expected)} are expectations between 0 and 1 "
+            "over the single-shot draws, not 0/1 outcomes, so a binomial interval does not "
+            "apply. Use method='auto' or 'percentile' (the percentile bootstrap)."
+        )
     if method == "clopper_pearson":
         if grouped:
             raise InvalidArgumentError(

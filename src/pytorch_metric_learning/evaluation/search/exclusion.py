@@ -65,6 +65,10 @@ class _KeyRule:
     def reordered(self, position: torch.Tensor) -> _KeyRule:
         return _KeyRule(self.query_keys, self.sorted_keys, position[self.targets])
 
+    def for_queries(self, rows: torch.Tensor) -> _KeyRule:
+        """The rule for the query rows ``rows`` alone, renumbered ``0 .. len(rows) - 1``."""
+        return _KeyRule(self.query_keys[rows], self.sorted_keys, self.targets)
+
     def restricted(self, position: torch.Tensor) -> _KeyRule:
         """The rule over the references whose ``position`` is not -1, renumbered by it."""
         targets = position[self.targets]
@@ -264,12 +268,23 @@ class Exclusion:
             >>> [pair.tolist() for pair in rule.query_rows(1, 3).pairs_of(torch.tensor([1]))]
             [[0], [1]]
         """
+        rows = range(self.num_query)[start:stop]
+        return self.for_queries(torch.arange(rows.start, rows.stop))
+
+    def for_queries(self, rows: torch.Tensor) -> Exclusion:
+        """The same rules for a search of the query rows ``rows`` alone, renumbered
+        ``0 .. len(rows) - 1`` (e.g. a few chosen queries ranked against the reference).
+
+        Example:
+            >>> rule = Exclusion(3, 2, pairs=torch.tensor([[2, 1]]))
+            >>> [pair.tolist() for pair in rule.for_queries(torch.tensor([2])).pairs_of(slice(0, 1))]
+            [[0], [1]]
+        """
+        rows = _as_indices(rows, self._device())
         copy = self._copy()
-        copy.num_query = len(range(self.num_query)[start:stop])
-        copy._rules = [
-            _KeyRule(rule.query_keys[start:stop], rule.sorted_keys, rule.targets)
-            for rule in self._rules
-        ]
+        copy.num_query = len(rows)
+        copy._rules = [rule.for_queries(rows) for rule in self._rules]
+        copy._start_cache()
         return copy
 
     def reordered(self, order: torch.Tensor) -> Exclusion:
