@@ -55,7 +55,7 @@ __all__ = [
 KNN_OUTPUT_BUDGET = 32 * 2**20
 # A reference larger than this is searched in chunks of rows of about this size (without
 # protocol rules, and when the embeddings need no rescaling: one scale for all chunks).
-REFERENCE_CHUNK_BYTES = 64 * 2**20
+REFERENCE_CHUNK_BYTES = 32 * 2**20
 # Index and relevance bytes of one neighbour, beside its distance.
 _INDEX_AND_RELEVANCE_BYTES = 8 + 1
 
@@ -243,5 +243,7 @@ def _search(blocks: Blocks, query: torch.Tensor, k: int) -> tuple[torch.Tensor, 
             blocks.knn_func, query, min(k, len(chunk)), chunk, False, caller=blocks.caller
         )
         found = _merge_first_k(found, (distances, indices + first), k, blocks.knn_func.distance)
+        del distances, indices
+        trim_heap()  # the chunk's freed temporaries leave the C heap (see _mapped)
     assert found is not None  # a checked reference has rows
     return found

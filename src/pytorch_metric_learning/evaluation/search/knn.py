@@ -70,6 +70,8 @@ COMPILED_MIN_PAIRS = 2**22
 # paths on one thread, 4.8-7.1 s compiled on two).
 COMPILED_LOAD_PAIRS = 2**29
 LARGE_K = 100
+# Candidates merged at a time by _merge_first_k (2**20: 12 MiB of them and their order).
+MERGE_ELEMENTS = 2**20
 # Side of the square tiles of the compiled search.
 COMPILED_TILE = 2048
 
@@ -483,10 +485,20 @@ def _merge_first_k(
     """
     if found is None:
         return block
-    distances = torch.cat([found[0], block[0]], dim=1)
-    indices = torch.cat([found[1], block[1]], dim=1)
-    order = torch.sort(distances, dim=1, descending=distance.is_inverted, stable=True)[1][:, :k]
-    return distances.gather(1, order), indices.gather(1, order)
+    width = min(k, found[0].shape[1] + block[0].shape[1])
+    num_rows = len(found[0])
+    distances = found[0].new_empty((num_rows, width))
+    indices = found[1].new_empty((num_rows, width))
+    # rows a few at a time: the sort's temporaries stay small beside the outputs
+    step = max(1, MERGE_ELEMENTS // max(1, 2 * width))
+    for start in range(0, num_rows, step):
+        rows = slice(start, start + step)
+        both = torch.cat([found[0][rows], block[0][rows]], dim=1)
+        order = torch.sort(both, dim=1, descending=distance.is_inverted, stable=True)[1]
+        order = order[:, :width]
+        distances[rows] = both.gather(1, order)
+        indices[rows] = torch.cat([found[1][rows], block[1][rows]], dim=1).gather(1, order)
+    return distances, indices
 
 
 def _checked_exclusion(exclusion: Exclusion, num_query: int, num_reference: int) -> Exclusion:
