@@ -105,6 +105,8 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
         raw.append(read_labels(args.reference_labels, num_rows=len(reference)))
     labels, names = encode_labels(*raw)
     reference_labels = labels[1] if reference is not None else None
+    if args.ref_includes_query and reference is not None and reference_labels is not None:
+        _check_query_leads(query, labels[0], reference, reference_labels, args)
     if reference is not None and reference.dtype not in (query.dtype, torch.float16):
         reference = reference.to(torch.promote_types(query.dtype, reference.dtype))
         query = query.to(reference.dtype)
@@ -182,6 +184,28 @@ def _check_widths(query: torch.Tensor, reference: torch.Tensor, args: argparse.N
             f"The embeddings in '{args.reference}' have {reference.shape[1]} columns but those "
             f"in '{args.query}' have {query.shape[1]}; query and reference must have the same "
             "width."
+        )
+
+
+def _check_query_leads(
+    query: torch.Tensor,
+    query_labels: torch.Tensor,
+    reference: torch.Tensor,
+    reference_labels: torch.Tensor,
+    args: argparse.Namespace,
+) -> None:
+    """``--ref-includes-query``: the reference file starts with the query's rows and labels
+    (compared as the values searched: a float16 reference as its float32 values)."""
+    num = len(query)
+    same_rows = len(reference) >= num and torch.equal(
+        reference[:num].to(torch.float64), query.to(torch.float64)
+    )
+    if not (same_rows and torch.equal(reference_labels[:num], query_labels)):
+        raise InvalidArgumentError(
+            f"--ref-includes-query says the first {num} rows of '{args.reference}' (and of "
+            f"'{args.reference_labels}') are the query's, but they differ from '{args.query}' "
+            f"(or '{args.labels}'). Put the query's rows first in the reference, or leave out "
+            "--ref-includes-query."
         )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import os
 import stat
 import sys
@@ -463,12 +464,64 @@ _MAPPED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float6
 def _read_npy(source: Source, path: Path, key: str | None, role: FileRole) -> np.ndarray:
     """A regular file is memory-mapped (read a block at a time later, never copied whole);
     a pipe's bytes are already in memory."""
+    _check_npy_layout(source)
     if isinstance(source, Path) and role.kind == "embeddings":
         array = np.load(source, mmap_mode="r", allow_pickle=False)
         if isinstance(array, np.memmap) and array.dtype in _MAPPED_DTYPES and register(array):
             return array
         return np.asarray(array)
     return np.load(source, allow_pickle=False)
+
+
+def _check_npy_layout(source: Source) -> None:
+    """Refuse, with what was found, a file that is not a ``.npy`` array of numbers or whose
+    data is shorter than its header says (a copy cut short): numpy's own messages for
+    those speak of pickles and mmap lengths."""
+    handle = source.open("rb") if isinstance(source, Path) else source
+    if not handle.seekable():
+        return  # a pipe: numpy reads it and reports a short read itself
+    start = handle.tell()
+    try:
+        header = _npy_header(handle)
+        handle.seek(0, os.SEEK_END)
+        end = handle.tell()
+    finally:
+        if isinstance(source, Path):
+            handle.close()
+        else:
+            handle.seek(start)
+    if header is None:
+        return  # a format version numpy reads but this check does not know
+    shape, dtype, data_offset = header
+    found_bytes = end - data_offset
+    if dtype.hasobject:
+        raise ValueError(
+            f"it holds Python objects (dtype {dtype}), not numbers: save a numeric array"
+        )
+    expected = math.prod(shape) * dtype.itemsize
+    if found_bytes < expected:
+        raise ValueError(
+            f"the file is truncated: its header describes a {dtype} array of shape "
+            f"{tuple(shape)} ({expected} bytes of data) but it holds {found_bytes} bytes of "
+            f"data (an interrupted copy or write?)"
+        )
+
+
+def _npy_header(handle: IO[bytes]) -> tuple[tuple[int, ...], np.dtype, int] | None:
+    """``(shape, dtype, offset of the data)`` from a ``.npy`` header (None for a format
+    version other than 1.0 and 2.0)."""
+    try:
+        version = np.lib.format.read_magic(handle)
+    except ValueError:
+        raise ValueError("it is not a .npy file (it does not start with numpy's header)") from None
+    read = {
+        (1, 0): np.lib.format.read_array_header_1_0,
+        (2, 0): np.lib.format.read_array_header_2_0,
+    }.get(version)
+    if read is None:
+        return None
+    shape, _, dtype = read(handle)
+    return shape, dtype, handle.tell()
 
 
 def _read_npz(source: Source, path: Path, key: str | None, role: FileRole) -> np.ndarray:

@@ -253,6 +253,20 @@ def test_whole_outputs_where_blocks_would_not_be_exact(caplog, make, reason):
 def test_budget_must_be_a_positive_int_or_none(budget, error):
     with pytest.raises(error, match="'knn_output_budget' parameter of AccuracyCalculator"):
         AccuracyCalculator(knn_output_budget=budget)
+    calculator = AccuracyCalculator(knn_output_budget=1000)
+    with pytest.raises(error, match="'knn_output_budget' parameter of AccuracyCalculator"):
+        calculator.knn_output_budget = budget  # the attribute is checked as the argument is
+    assert calculator.knn_output_budget == 1000
+
+
+@pytest.mark.parametrize("k", [0, -1, 1.5, True, "all", "10"])
+def test_k_set_after_construction_is_checked(k):
+    calculator = AccuracyCalculator(k=5)
+    with pytest.raises((InvalidArgumentError, InvalidTypeError), match="'k' parameter"):
+        calculator.k = k
+    assert calculator.k == 5
+    calculator.k, calculator.knn_output_budget = "max_bin_count", None
+    assert "knn_output_budget=None" in repr(calculator)
 
 
 MEMORY_SCRIPT = PEAK_SOURCE + textwrap.dedent(

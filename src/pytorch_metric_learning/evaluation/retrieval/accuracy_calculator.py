@@ -269,12 +269,12 @@ class AccuracyCalculator:
             )
         self.avg_of_avgs = bool(avg_of_avgs)
         self.return_per_class = bool(return_per_class)
-        self.k = _check_k(k)
+        self.k = k
         self.label_comparison_fn = self._check_comparison(label_comparison_fn)
         self.device = check_device(device, OWNER)
         self.knn_func = _default_knn() if knn_func is None else load_knn_func(knn_func)
         self.kmeans_func = TorchKMeans() if kmeans_func is None else load_kmeans_func(kmeans_func)
-        self.knn_output_budget = _check_budget(knn_output_budget)
+        self.knn_output_budget = knn_output_budget
         # What the spot-check of the last search measured (exact or approximate, recall).
         self.last_knn_check: SpotCheck | None = None
         # Queries of the last get_accuracy left out of the k-NN metrics (no valid relevant
@@ -285,7 +285,8 @@ class AccuracyCalculator:
         return (
             f"AccuracyCalculator(include={tuple(self.get_curr_metrics())}, k={self.k!r}, "
             f"avg_of_avgs={self.avg_of_avgs}, return_per_class={self.return_per_class}, "
-            f"knn_func={self.knn_func!r}, kmeans_func={self.kmeans_func!r})"
+            f"knn_func={self.knn_func!r}, kmeans_func={self.kmeans_func!r}, "
+            f"knn_output_budget={self.knn_output_budget!r})"
         )
 
     # ----- metric selection (the 2.x method names) -----
@@ -430,6 +431,25 @@ class AccuracyCalculator:
                 f"the clustering metrics {clustering}; exclude them, e.g. exclude={tuple(clustering)}."
             )
         return fn
+
+    @property
+    def k(self) -> int | str | None:
+        """Neighbours per query (see the class's Args); checked whenever it is set."""
+        return self._k
+
+    @k.setter
+    def k(self, value: Any) -> None:
+        self._k = _check_k(value)
+
+    @property
+    def knn_output_budget(self) -> int | None:
+        """Bytes of k-NN outputs held at once (see the class's Args); checked whenever it
+        is set."""
+        return self._knn_output_budget
+
+    @knn_output_budget.setter
+    def knn_output_budget(self, value: Any) -> None:
+        self._knn_output_budget = _check_budget(value)
 
     @property
     def _custom_comparison(self) -> LabelComparison | None:
