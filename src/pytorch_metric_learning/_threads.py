@@ -65,8 +65,27 @@ REUSE_SECONDS = 1.0
 OPENMP_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 _TORCH_THREADS_AT_IMPORT = torch.get_num_threads()
-_state = {"depth": 0, "restore": 1, "dynamic": 1, "measured_at": -math.inf, "free": 0.0}
+_state = {
+    "depth": 0,
+    "restore": 1,
+    "chosen": 1,
+    "dynamic": 1,
+    "measured_at": -math.inf,
+    "free": 0.0,
+}
 _lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    """A forked child has none of its parent's other threads: none is inside
+    :func:`adapted_threads`, and none holds its lock."""
+    global _lock
+    _lock = threading.Lock()
+    _state["depth"] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def user_threads() -> int | None:
@@ -145,7 +164,9 @@ def adapted_threads(pairs: int, device: torch.device) -> Iterator[int]:
     computation of ``MIN_PAIRS`` pairs or more is adapted, and the others run as they are.
 
     Blocks nested in one another (a search inside ``get_accuracy``), or running at once in
-    several Python threads, share the first one's choice; the last to end restores it.
+    several Python threads, share the first one's choice; the last to end restores the
+    count from before the first. PyTorch's count is per thread (OpenMP's), so each block
+    sets its own thread's count and, if others still run, puts back its own thread's.
 
     Example:
         >>> with adapted_threads(2**30, torch.device("cpu")) as threads:
@@ -156,13 +177,15 @@ def adapted_threads(pairs: int, device: torch.device) -> Iterator[int]:
         yield torch.get_num_threads()
         return
     with _lock:
+        own = torch.get_num_threads()
         if _state["depth"] == 0:
-            _state["restore"] = torch.get_num_threads()
-            _state["dynamic"] = user_threads() or _state["restore"]
-            threads = choose_threads()
-            if threads != _state["restore"]:
-                logger.debug("running on %d of %d threads", threads, _state["restore"])
-                torch.set_num_threads(threads)
+            _state["restore"] = own
+            _state["dynamic"] = user_threads() or own
+            _state["chosen"] = choose_threads()
+            if _state["chosen"] != own:
+                logger.debug("running on %d of %d threads", _state["chosen"], own)
+        if own != _state["chosen"]:
+            torch.set_num_threads(int(_state["chosen"]))
         _state["depth"] += 1
         threads = torch.get_num_threads()
     try:
@@ -170,8 +193,9 @@ def adapted_threads(pairs: int, device: torch.device) -> Iterator[int]:
     finally:
         with _lock:
             _state["depth"] -= 1
-            if _state["depth"] == 0 and torch.get_num_threads() != _state["restore"]:
-                torch.set_num_threads(int(_state["restore"]))
+            back = _state["restore"] if _state["depth"] == 0 else own
+            if torch.get_num_threads() != back:
+                torch.set_num_threads(int(back))
 
 
 def dynamic_threads() -> int:
