@@ -43,6 +43,7 @@ __all__ = [
     "dynamic_threads",
     "free_cores",
     "lowered",
+    "one_torch_thread",
     "user_threads",
 ]
 
@@ -72,16 +73,18 @@ _state = {
     "dynamic": 1,
     "measured_at": -math.inf,
     "free": 0.0,
+    "alone": 0,  # threads inside one_torch_thread
+    "alone_restore": 1,  # PyTorch's count from before the first of them
 }
 _lock = threading.Lock()
 
 
 def _reset_after_fork() -> None:
     """A forked child has none of its parent's other threads: none is inside
-    :func:`adapted_threads`, and none holds its lock."""
+    :func:`adapted_threads` or :func:`one_torch_thread`, and none holds their lock."""
     global _lock
     _lock = threading.Lock()
-    _state["depth"] = 0
+    _state["depth"] = _state["alone"] = 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -217,3 +220,28 @@ def lowered() -> bool:
     and work that hands out its pieces dynamically is worth starting early."""
     with _lock:
         return _state["depth"] > 0 and torch.get_num_threads() < _state["dynamic"]
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """PyTorch's intra-op threads set to one on this thread for the block, then restored.
+
+    ``torch.set_num_threads`` sets the calling thread's OpenMP count (and the count that
+    threads new to PyTorch start with), so each thread that must run alone (the compiled
+    search's, each computing whole tiles) sets and restores its own. The last thread to
+    leave restores the count from before the first entered, so that a thread new to
+    PyTorch, which started on one thread meanwhile, does not leave one behind.
+    """
+    with _lock:
+        if _state["alone"] == 0:
+            _state["alone_restore"] = torch.get_num_threads()
+        _state["alone"] += 1
+        own = torch.get_num_threads()
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["alone"] -= 1
+            back = _state["alone_restore"] if _state["alone"] == 0 else own
+            torch.set_num_threads(int(back))

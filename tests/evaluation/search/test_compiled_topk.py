@@ -992,7 +992,7 @@ def test_a_child_forked_while_other_threads_search_can_search(compiled_everywher
 
     _compiled_topk._in_parts(lambda part: None, 2)  # the parent's pool exists
     x = torch.randn(100, 6, generator=torch.Generator().manual_seed(17))
-    with search_module._limits_lock, _threads._lock:  # held by "another thread" at the fork
+    with _threads._lock:  # held by "another thread" at the fork
         child = os.fork()
         if child == 0:  # pragma: no cover (the child reports through its exit code)
             code = 1

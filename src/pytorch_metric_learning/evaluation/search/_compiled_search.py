@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 from collections.abc import Callable, Iterator
 
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 
 from ..._threads import dynamic_threads
+from ..._threads import one_torch_thread as _one_torch_thread
 from ._compiled_topk import CompiledTopK, _in_parts
 from ._progress import SearchProgress
 from ._tiled_search import Scorer
@@ -381,47 +381,6 @@ def _blocks_of(tile: tuple[slice, slice]) -> tuple[int, ...]:
     """The row blocks (by first row) that a tile of a symmetric walk feeds."""
     rows, cols = tile
     return (rows.start,) if rows.start == cols.start else (rows.start, cols.start)
-
-
-# Threads inside _one_torch_thread, and PyTorch's count from before the first of them.
-_limits = {"active": 0, "restore": 1}
-_limits_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """PyTorch's intra-op threads set to one on this thread for the block, then restored.
-
-    ``torch.set_num_threads`` sets the calling thread's OpenMP count (and the count that
-    threads new to PyTorch start with), so each thread that computes tiles sets and
-    restores its own. The last thread to leave restores the count from before the first
-    entered, so that a thread new to PyTorch, which started on one thread meanwhile, does
-    not leave one behind.
-    """
-    with _limits_lock:
-        if _limits["active"] == 0:
-            _limits["restore"] = torch.get_num_threads()
-        _limits["active"] += 1
-        own = torch.get_num_threads()
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        with _limits_lock:
-            _limits["active"] -= 1
-            torch.set_num_threads(_limits["restore"] if _limits["active"] == 0 else own)
-
-
-def _reset_after_fork() -> None:
-    """A forked child has none of its parent's other threads: none is inside
-    :func:`_one_torch_thread`, and none holds its lock."""
-    global _limits_lock
-    _limits_lock = threading.Lock()
-    _limits["active"] = 0
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _height(rows: slice) -> int:
