@@ -43,6 +43,7 @@ __all__ = [
     "dynamic_threads",
     "free_cores",
     "lowered",
+    "one_torch_thread",
     "user_threads",
 ]
 
@@ -65,8 +66,29 @@ REUSE_SECONDS = 1.0
 OPENMP_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 _TORCH_THREADS_AT_IMPORT = torch.get_num_threads()
-_state = {"depth": 0, "restore": 1, "dynamic": 1, "measured_at": -math.inf, "free": 0.0}
+_state = {
+    "depth": 0,
+    "restore": 1,
+    "chosen": 1,
+    "dynamic": 1,
+    "measured_at": -math.inf,
+    "free": 0.0,
+    "alone": 0,  # threads inside one_torch_thread
+    "alone_restore": 1,  # PyTorch's count from before the first of them
+}
 _lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    """A forked child has none of its parent's other threads: none is inside
+    :func:`adapted_threads` or :func:`one_torch_thread`, and none holds their lock."""
+    global _lock
+    _lock = threading.Lock()
+    _state["depth"] = _state["alone"] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def user_threads() -> int | None:
@@ -145,7 +167,9 @@ def adapted_threads(pairs: int, device: torch.device) -> Iterator[int]:
     computation of ``MIN_PAIRS`` pairs or more is adapted, and the others run as they are.
 
     Blocks nested in one another (a search inside ``get_accuracy``), or running at once in
-    several Python threads, share the first one's choice; the last to end restores it.
+    several Python threads, share the first one's choice; the last to end restores the
+    count from before the first. PyTorch's count is per thread (OpenMP's), so each block
+    sets its own thread's count and, if others still run, puts back its own thread's.
 
     Example:
         >>> with adapted_threads(2**30, torch.device("cpu")) as threads:
@@ -156,13 +180,15 @@ def adapted_threads(pairs: int, device: torch.device) -> Iterator[int]:
         yield torch.get_num_threads()
         return
     with _lock:
+        own = torch.get_num_threads()
         if _state["depth"] == 0:
-            _state["restore"] = torch.get_num_threads()
-            _state["dynamic"] = user_threads() or _state["restore"]
-            threads = choose_threads()
-            if threads != _state["restore"]:
-                logger.debug("running on %d of %d threads", threads, _state["restore"])
-                torch.set_num_threads(threads)
+            _state["restore"] = own
+            _state["dynamic"] = user_threads() or own
+            _state["chosen"] = choose_threads()
+            if _state["chosen"] != own:
+                logger.debug("running on %d of %d threads", _state["chosen"], own)
+        if own != _state["chosen"]:
+            torch.set_num_threads(int(_state["chosen"]))
         _state["depth"] += 1
         threads = torch.get_num_threads()
     try:
@@ -170,8 +196,9 @@ def adapted_threads(pairs: int, device: torch.device) -> Iterator[int]:
     finally:
         with _lock:
             _state["depth"] -= 1
-            if _state["depth"] == 0 and torch.get_num_threads() != _state["restore"]:
-                torch.set_num_threads(int(_state["restore"]))
+            back = _state["restore"] if _state["depth"] == 0 else own
+            if torch.get_num_threads() != back:
+                torch.set_num_threads(int(back))
 
 
 def dynamic_threads() -> int:
@@ -193,3 +220,28 @@ def lowered() -> bool:
     and work that hands out its pieces dynamically is worth starting early."""
     with _lock:
         return _state["depth"] > 0 and torch.get_num_threads() < _state["dynamic"]
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """PyTorch's intra-op threads set to one on this thread for the block, then restored.
+
+    ``torch.set_num_threads`` sets the calling thread's OpenMP count (and the count that
+    threads new to PyTorch start with), so each thread that must run alone (the compiled
+    search's, each computing whole tiles) sets and restores its own. The last thread to
+    leave restores the count from before the first entered, so that a thread new to
+    PyTorch, which started on one thread meanwhile, does not leave one behind.
+    """
+    with _lock:
+        if _state["alone"] == 0:
+            _state["alone_restore"] = torch.get_num_threads()
+        _state["alone"] += 1
+        own = torch.get_num_threads()
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["alone"] -= 1
+            back = _state["alone_restore"] if _state["alone"] == 0 else own
+            torch.set_num_threads(int(back))

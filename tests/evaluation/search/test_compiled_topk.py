@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -488,18 +491,35 @@ def test_tile_buffers_hold_no_more_than_a_tile_of_this_search(compiled_everywher
 
 
 def test_overlapping_searches_restore_the_thread_count_from_before_the_first() -> None:
+    """PyTorch's count is per thread: each search's thread runs on one and gets its own
+    count back, and the last to end (here a thread new to PyTorch, which started on the
+    lowered count) leaves the count from before the first."""
     before = torch.get_num_threads()
     torch.set_num_threads(2)
+    entered, leave, seen = threading.Event(), threading.Event(), {}
+
+    def second_search() -> None:
+        with search_module._one_torch_thread():
+            seen["inside"] = torch.get_num_threads()
+            entered.set()
+            leave.wait(timeout=30)
+        seen["after"] = torch.get_num_threads()
+
     try:
-        first, second = search_module._one_torch_thread(), search_module._one_torch_thread()
+        first = search_module._one_torch_thread()
         first.__enter__()
-        second.__enter__()  # a second search starts while the first runs
         assert torch.get_num_threads() == 1
+        runner = threading.Thread(target=second_search, daemon=True)
+        runner.start()
+        assert entered.wait(timeout=30)
         first.__exit__(None, None, None)
-        assert torch.get_num_threads() == 1  # the second still runs
-        second.__exit__(None, None, None)
-        assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 2  # this thread's count is back
+        leave.set()
+        runner.join(timeout=30)
+        assert not runner.is_alive()
+        assert seen == {"inside": 1, "after": 2}
     finally:
+        leave.set()
         torch.set_num_threads(before)
 
 
@@ -820,3 +840,179 @@ def test_kth_smallest_rows_equals_sorting(shape, levels, seed, data) -> None:
     out = np.empty(rows, dtype=np.float32)
     _compiled_topk._kernels().kth_smallest_rows(tile, k, out, 0, rows)
     assert out.tolist() == np.sort(tile, axis=1)[:, k - 1].tolist()
+
+
+# ----- threads: no wait can be a cycle (each bounded here, so a regression fails, named) -----
+
+
+def _finishes(target, timeout=60.0):
+    """Run ``target`` in a thread; fails instead of hanging if it does not return."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(("value", target()))
+        except BaseException as error:  # handed to the test's thread
+            outcome.append(("error", error))
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(timeout)
+    assert not runner.is_alive(), f"{getattr(target, '__name__', target)} did not return"
+    kind, value = outcome[0]
+    if kind == "error":
+        raise value
+    return value
+
+
+def test_the_parts_have_all_ended_when_a_failing_first_part_raises() -> None:
+    """A failure on the caller's thread is raised only once the pool's parts have ended:
+    the caller then restores what it changed for them, and none outlives it."""
+    started, ended = threading.Event(), []
+
+    def work(part):
+        if part == 0:
+            assert started.wait(timeout=30)
+            raise MemoryError("injected")
+        started.set()
+        threading.Event().wait(timeout=0.5)  # still running when part 0 raises
+        ended.append(part)
+
+    with pytest.raises(MemoryError, match="injected"):
+        _finishes(lambda: _compiled_topk._in_parts(work, 2))
+    assert ended == [1]
+
+
+@pytest.mark.parametrize("outer_parts", [2, 3])
+def test_parts_split_again_on_a_pool_thread_never_wait_for_the_pool(outer_parts) -> None:
+    """A pool thread that splits its own work into parts runs them itself: waiting for
+    tasks queued behind it on the pools would be waiting for itself."""
+    done = []
+    lock = threading.Lock()
+
+    def inner(part):
+        with lock:
+            done.append(part)
+
+    def outer(part):
+        _compiled_topk._in_parts(inner, 2)
+
+    _finishes(lambda: _compiled_topk._in_parts(outer, outer_parts))
+    assert sorted(done) == [0] * outer_parts + [1] * outer_parts
+
+
+@pytest.mark.parametrize("separate", [True, False])
+def test_a_search_failing_on_the_callers_thread_leaves_the_next_search_free(
+    compiled_everywhere, monkeypatch, separate
+) -> None:
+    """The CI stall: a walk failed on the caller's thread, its pool thread went on with
+    the state's thread count restored, split its push over the pool it was the only
+    thread of and waited for itself; every later threaded search waited for that pool."""
+    x = torch.randn(150, 8, generator=torch.Generator().manual_seed(16))
+    caller_failed = threading.Event()
+    callers = []
+    original_tile = SquaredEuclidean.tile
+
+    def tile(self, rows, cols, out):
+        if threading.get_ident() in callers:
+            caller_failed.set()
+            raise MemoryError("injected")
+        if cols.start != 0:  # past the sample: wait (bounded) until the caller failed
+            caller_failed.wait(timeout=10)
+        return original_tile(self, rows, cols, out)
+
+    def failing_search():
+        callers.append(threading.get_ident())
+        CustomKNN(LpDistance(normalize_embeddings=False, power=2))(
+            x, 6, x.clone() if separate else None
+        )
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+        with pytest.raises(MemoryError, match="injected"):
+            _finishes(failing_search)
+        monkeypatch.setattr(SquaredEuclidean, "tile", original_tile)
+        values, indices = _finishes(
+            lambda: CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 6)
+        )
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    table = torch.cdist(x.double(), x.double()).numpy() ** 2
+    _assert_near_top_k(values.numpy(), indices.numpy(), table, 6, False)
+
+
+def test_many_threads_searching_at_once_each_get_their_own_answer(compiled_everywhere) -> None:
+    """Python threads share the pools and PyTorch's thread counts: all finish, each with
+    brute force's answer, and the caller's thread count is left as it was."""
+    problems = []
+    for seed in range(6):
+        generator = torch.Generator().manual_seed(100 + seed)
+        query = torch.randn(96 + 16 * seed, 6, generator=generator)
+        reference = torch.randn(80, 6, generator=generator) if seed % 2 else None
+        problems.append((query, reference))
+    results = [None] * len(problems)
+    errors = []
+
+    def search(number):
+        try:
+            query, reference = problems[number]
+            results[number] = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(
+                query, 5, reference
+            )
+        except BaseException as error:
+            errors.append(error)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runners = [threading.Thread(target=search, args=(n,), daemon=True) for n in range(6)]
+        for runner in runners:
+            runner.start()
+        for runner in runners:
+            runner.join(timeout=120)
+        assert not any(runner.is_alive() for runner in runners), "a search did not return"
+        assert not errors, errors
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for (query, reference), (values, indices) in zip(problems, results):
+        other = query if reference is None else reference
+        table = torch.cdist(query.double(), other.double()).numpy() ** 2
+        _assert_near_top_k(values.numpy(), indices.numpy(), table, 5, False)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_child_forked_while_other_threads_search_can_search(compiled_everywhere) -> None:
+    """A forked child has none of its parent's threads: not the pool's, nor one that held
+    a lock of the thread counts when it forked; its own search finishes."""
+    from pytorch_metric_learning import _threads
+
+    _compiled_topk._in_parts(lambda part: None, 2)  # the parent's pool exists
+    x = torch.randn(100, 6, generator=torch.Generator().manual_seed(17))
+    with _threads._lock:  # held by "another thread" at the fork
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child reports through its exit code)
+            code = 1
+            try:
+                torch.set_num_threads(1)  # OpenMP itself cannot start teams after a fork
+                state = _compiled_topk.CompiledTopK(len(x), 3, threads=2)
+                state.push_rows(0, x @ x.T, 0)
+                with search_module._one_torch_thread():
+                    pass
+                with _threads.adapted_threads(_threads.MIN_PAIRS, torch.device("cpu")):
+                    pass
+                values, _ = state.finish()
+                code = 0 if torch.equal(values, (x @ x.T).sort(dim=1).values[:, :3]) else 2
+            finally:
+                os._exit(code)
+    deadline = time.monotonic() + 60
+    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        threading.Event().wait(timeout=0.05)
+    if status[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child's search did not return")
+    assert os.waitstatus_to_exitcode(status[1]) == 0

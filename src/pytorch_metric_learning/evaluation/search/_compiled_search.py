@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..._threads import dynamic_threads
+from ..._threads import one_torch_thread as _one_torch_thread
 from ._compiled_topk import CompiledTopK, _in_parts
 from ._progress import SearchProgress
 from ._tiled_search import Scorer
@@ -230,15 +231,20 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
     num_query = size[0]
     blocks = iter(range(0, num_query, walk.side))
     lock = threading.Lock()
+    failed = threading.Event()  # the other threads stop at their next row block
 
     def work(part: int) -> None:
         buffer = walk.buffer()
-        while True:
-            with lock:
-                r0 = next(blocks, None)
-            if r0 is None:
-                return
-            walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), buffer)
+        try:
+            while not failed.is_set():
+                with lock:
+                    r0 = next(blocks, None)
+                if r0 is None:
+                    return
+                walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), buffer)
+        except BaseException:
+            failed.set()
+            raise
 
     _alone_on_threads(walk, work, min(walk.state.threads, -(-num_query // walk.side)))
 
@@ -278,12 +284,21 @@ def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
 
 def _alone_on_threads(walk: _Walk, work: Callable[[int], None], parts: int) -> None:
     """``work(part)`` for ``parts`` parts at once, each doing its tiles' products and
-    top-k alone: PyTorch and the walk's top-k on one thread meanwhile."""
+    top-k alone: PyTorch and the walk's top-k on one thread meanwhile.
+
+    PyTorch's thread count is per thread (OpenMP's), so each part sets its own thread's
+    (:func:`_one_torch_thread`). Every part has ended when this returns, error or not
+    (:func:`_in_parts`), before the state's thread count is restored.
+    """
+
+    def alone(part: int) -> None:
+        with _one_torch_thread():
+            work(part)
+
     threads = walk.state.threads
     walk.state.threads = 1  # each tile's top-k runs on the thread that computed it
     try:
-        with _one_torch_thread():
-            _in_parts(work, parts)
+        _in_parts(alone, parts)
     finally:
         walk.state.threads = threads
 
@@ -366,29 +381,6 @@ def _blocks_of(tile: tuple[slice, slice]) -> tuple[int, ...]:
     """The row blocks (by first row) that a tile of a symmetric walk feeds."""
     rows, cols = tile
     return (rows.start,) if rows.start == cols.start else (rows.start, cols.start)
-
-
-# Searches inside _one_torch_thread, and the thread count to restore when the last ends.
-_limits = {"active": 0, "restore": 1}
-_limits_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """PyTorch's intra-op threads set to one for the block, then restored; searches that
-    overlap in several threads restore the count from before the first of them."""
-    with _limits_lock:
-        if _limits["active"] == 0:
-            _limits["restore"] = torch.get_num_threads()
-            torch.set_num_threads(1)
-        _limits["active"] += 1
-    try:
-        yield
-    finally:
-        with _limits_lock:
-            _limits["active"] -= 1
-            if _limits["active"] == 0:
-                torch.set_num_threads(_limits["restore"])
 
 
 def _height(rows: slice) -> int:

@@ -25,7 +25,8 @@ import importlib.util
 import logging
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from types import ModuleType
 from typing import Any
 
@@ -341,13 +342,29 @@ class CompiledTopK:
 
 
 def _in_parts(work: Any, parts: int) -> None:
-    """``work(part)`` for every part, part 0 on this thread and the others on the pool."""
-    if parts == 1:
-        work(0)
+    """``work(part)`` for every part, part 0 on this thread and the others on the pool.
+
+    Returns only once every part has ended, with the first error if one failed (parts
+    not yet started are cancelled then): the caller then restores what it changed for
+    the parts (a state's thread count, PyTorch's), and no part outlives it. On a pool
+    thread the parts run one after the other on that thread: a task that waited for
+    tasks queued behind it on the pools would wait forever (no pool thread ever waits
+    for another pool task).
+    """
+    if parts == 1 or _on_pool.flag:
+        for part in range(parts):
+            work(part)
         return
     pool = _pool(parts - 1, os.getpid())
     futures = [pool.submit(work, part) for part in range(1, parts)]
-    work(0)
+    try:
+        work(0)
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+    finally:
+        wait(futures)
     for future in futures:
         future.result()
 
@@ -373,10 +390,28 @@ def _ceil_div(rows: int) -> int:
     return -(-rows // ROWS_PER_BUFFER)
 
 
+class _PoolThread(threading.local):
+    """Whether the current thread is a worker of the pools."""
+
+    flag = False
+
+
+_on_pool = _PoolThread()
+
+
+def _mark_pool_thread() -> None:
+    _on_pool.flag = True
+
+
 @functools.lru_cache(maxsize=4)
 def _pool(threads: int, pid: int) -> ThreadPoolExecutor:
-    """Worker threads for the loops, idle between searches; a forked child gets its own."""
-    return ThreadPoolExecutor(threads, thread_name_prefix="pml-topk")
+    """Worker threads for the loops, idle between searches; a forked child (which has
+    none of its parent's threads) gets its own."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="pml-topk", initializer=_mark_pool_thread)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
 def _as_array(scores: torch.Tensor) -> np.ndarray:
