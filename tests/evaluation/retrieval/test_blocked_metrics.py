@@ -303,7 +303,12 @@ def test_peak_memory_follows_the_budget_not_the_outputs():
     env = {**os.environ, "PML_DISABLE_NUMBA": "1", "PML_DISABLE_PROGRESS": "1"}
     script = MEMORY_SCRIPT.replace("BUDGET", str(budget))
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=600,
     )
     found = json.loads(done.stdout.strip().splitlines()[-1])
     whole_outputs = 20000 * 1999 * 13
