@@ -170,25 +170,35 @@ def plot(records: list[dict], path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
-    good = [record for record in records if "error" not in record]
-    figure, (times, memory) = plt.subplots(1, 2, figsize=(10, 4))
+    good = sorted((r for r in records if "error" not in r), key=lambda r: r["pairs"])
+    figure, (times, memory) = plt.subplots(1, 2, figsize=(10, 4.2))
     for classes in sorted({record["classes"] for record in good if not record["queries"]}):
         line = [r for r in good if r["classes"] == classes and not r["queries"]]
         pairs = [r["pairs"] for r in line]
-        times.plot(pairs, [r["seconds"] for r in line], "o-", label=f"self, {classes} classes")
+        label = f"self-search, {classes} classes"
+        (drawn,) = times.plot(pairs, [r["seconds"] for r in line], "o-", label=label)
         growth = [(r["peak"] - r["base"]) / MIB for r in line]
-        memory.plot(pairs, growth, "o-", label=f"self, {classes} classes")
-        memory.plot(pairs, [r["inputs"] / MIB + 512 for r in line], ":", color="gray")
+        memory.plot(pairs, growth, "o-", label=label, color=drawn.get_color())
+        budget = [r["inputs"] / MIB + 512 for r in line]
+        memory.plot(pairs, budget, ":", color=drawn.get_color())
     for r in (r for r in good if r["queries"]):
         label = f"{r['queries']:,} x {r['rows'] - r['queries']:,}, {r['classes']} classes"
-        times.plot([r["pairs"]], [r["seconds"]], "s", label=label)
-        memory.plot([r["pairs"]], [(r["peak"] - r["base"]) / MIB], "s", label=label)
+        (drawn,) = times.plot([r["pairs"]], [r["seconds"]], "s", label=label)
+        color = drawn.get_color()
+        memory.plot([r["pairs"]], [(r["peak"] - r["base"]) / MIB], "s", label=label, color=color)
+        memory.plot([r["pairs"]], [r["inputs"] / MIB + 512], "_", markersize=14, color=color)
     times.set(xscale="log", yscale="log", xlabel="query-reference pairs", ylabel="seconds")
     memory.set(xscale="log", xlabel="query-reference pairs", ylabel="peak growth (MiB)")
-    memory.set_title("dotted: inputs + 512 MiB", fontsize=9)
-    times.legend(fontsize=8)
-    memory.legend(fontsize=8)
+    memory.set_ylim(bottom=0)
+    for axes in (times, memory):
+        axes.xaxis.set_minor_formatter(NullFormatter())
+        axes.grid(True, which="major", alpha=0.3)
+    times.set_title("wall time of get_accuracy (one process each)", fontsize=9)
+    memory.set_title("peak growth; dotted / bar: inputs + 512 MiB (the goal)", fontsize=9)
+    times.legend(fontsize=8, loc="upper left")
+    memory.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
 
