@@ -9,6 +9,8 @@ written here.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -158,3 +160,33 @@ def test_the_worst_table_is_a_brute_force_reid_loop(case):
     shown = {(row[0], row[4]) for row in worst_queries_rows(worst)}
     for row, reference in shown:  # no row of the table is a non-candidate
         assert reference in by_row[row][1]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"single_gallery_shot": True, "single_gallery_shot_draws": 0},
+        {"single_gallery_shot": True, "single_gallery_shot_draws": 1.5},
+        {"query_groups": torch.tensor([0, 1, 0])},  # one side only, and the wrong length
+        {"query_groups": torch.tensor([0.5] * 6), "reference_groups": torch.tensor([0] * 6)},
+    ],
+)
+def test_refusals_name_find_worst_queries(bad) -> None:
+    query, labels = torch.arange(6.0).reshape(6, 1), torch.tensor([0, 0, 1, 1, 2, 2])
+    with pytest.raises((ValueError, TypeError)) as raised:
+        find_worst_queries(query, labels, query.clone(), labels.clone(), **bad)
+    assert "find_worst_queries" in str(raised.value)
+    assert "AccuracyCalculator.get_accuracy" not in str(raised.value)
+
+
+def test_a_protocol_warning_is_given_once() -> None:
+    query, labels = torch.arange(6.0).reshape(6, 1), torch.tensor([0, 0, 1, 1, 2, 2])
+    groups = {
+        "query_groups": torch.zeros(6, dtype=torch.long),
+        "reference_groups": torch.ones(6, dtype=torch.long) + 4,
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        find_worst_queries(query, labels, query.clone(), labels.clone(), num_queries=2, **groups)
+    texts = [str(item.message) for item in caught]
+    assert len(texts) == len(set(texts)), texts

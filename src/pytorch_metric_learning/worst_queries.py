@@ -12,6 +12,7 @@ linear in the size of the reference.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -156,12 +157,20 @@ def find_worst_queries(
         reference_labels = _labels(reference_labels, "reference_labels", reference)
     calculator = AccuracyCalculator(include=(metric,), knn_func=knn_func)
     inputs = (query, query_labels, reference, reference_labels, ref_includes_query)
-    results = calculator.get_accuracy(*inputs, return_per_query=True, **protocol)
+    try:
+        results = calculator.get_accuracy(*inputs, return_per_query=True, **protocol)
+    except (InvalidArgumentError, InvalidTypeError) as error:  # the arguments were ours
+        error.args = (str(error).replace("AccuracyCalculator.get_accuracy", "find_worst_queries"),)
+        raise
     per_query = results["per_query"]
     values = per_query.values[metric].cpu()
     order = torch.sort(values, stable=True).indices[:num_queries]
     rows = per_query.query_indices.cpu()[order]
-    rankings = calculator.rank_candidates(rows, *inputs, **protocol) if len(rows) else []
+    rankings = []
+    if len(rows):
+        with warnings.catch_warnings():  # the same inputs: get_accuracy has warned already
+            warnings.simplefilter("ignore")
+            rankings = calculator.rank_candidates(rows, *inputs, **protocol)
     all_labels = query_labels if reference_labels is None else reference_labels
     kind = _distance_kind(calculator.knn_func)
     return [

@@ -253,3 +253,28 @@ def test_category_table_marks_wrong_metrics_and_json_counts_queries(cli, files, 
     _, _, names = _arrays(files)
     record = json.loads(out.read_text())
     assert record["per_category_queries"] == {name: names.count(name) for name in set(names)}
+
+
+def test_worst_queries_when_every_query_is_left_out(cli, tmp_path):
+    """No query label among the reference labels: no worst query to show, said in words,
+    and the JSON records the k and metric that were asked for."""
+    rng = np.random.default_rng(0)
+    paths = {
+        "q": write(tmp_path / "q.npy", rng.normal(size=(6, 3)).astype(np.float32)),
+        "ql": write(tmp_path / "ql.npy", np.full(6, 9)),
+        "r": write(tmp_path / "r.npy", rng.normal(size=(8, 3)).astype(np.float32)),
+        "rl": write(tmp_path / "rl.npy", np.arange(8) % 3),
+    }
+    out = tmp_path / "out.json"
+    result = cli(
+        "evaluate", paths["q"], "--labels", paths["ql"], "--reference", paths["r"],
+        "--reference-labels", paths["rl"], "--metrics", "precision_at_1",
+        "--show-worst", 3, "--output", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert "No worst queries by precision_at_1: every query was left out" in result.out
+    record = json.loads(out.read_text())["worst_queries"]
+    assert record == {
+        "metric": "precision_at_1", "k": 5, "distance_kind": record["distance_kind"],
+        "queries": [],
+    }  # fmt: skip

@@ -80,6 +80,12 @@ INCOMPATIBLE = [
     (["--show-worst", "2", "--plot", "plot"], ("--images", "--plot")),
     (["--query-groups", "qg"], ("--query-groups", "--reference-groups")),
     (["--reference-groups", "rg"], ("--query-groups", "--reference-groups")),
+    (["--worst-metric", "recall_at_1"], ("--worst-metric", "--show-worst")),
+    (["--worst-k", "3"], ("--worst-k", "--show-worst")),
+    (["--single-gallery-shot", "--knn", "torch_distributed"],
+     ("--single-gallery-shot", "--knn")),
+    (["--single-gallery-shot", "--metrics", "NMI,r_precision"],
+     ("--single-gallery-shot", "--metrics")),
 ]  # fmt: skip
 ONE_SET = [
     (["--reference-groups", "rg"], ("--reference-groups", "--reference")),
@@ -113,6 +119,7 @@ TABLE = {
     "avg": ["--avg-of-avgs"],
     "categories": ["--query-categories", "qc"],
     "worst": ["--show-worst", "2"],
+    "worst_k": ["--worst-k", "2"],
     "k": ["--k", "3"],
     "zero_one": ["--metrics", "recall_at_1,precision_at_1"],
 }

@@ -145,6 +145,11 @@ def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[
 def render_worst(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> str:
     """The worst queries as a table: one row per retrieval shown. The value and distance
     columns are named by what the queries carry (their metric; distance or similarity)."""
+    if not worst:
+        return (
+            f"No worst queries by {metric}: every query was left out (none has a relevant "
+            "reference to find)"
+        )
     header = worst_queries_header(worst)
     rows = []
     for row in worst_queries_rows(worst):
@@ -162,7 +167,9 @@ def render_worst(worst: list[WorstQuery], metric: str, names: list[Any] | None) 
     return title + "\n" + format_table(header, rows)
 
 
-def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) -> dict[str, Any]:
+def worst_record(
+    worst: list[WorstQuery], metric: str, names: list[Any] | None, k: int
+) -> dict[str, Any]:
     """The worst queries for the JSON output, labels as names when the files had names;
     with the metric, ``k`` and the kind of the distances (``"distance"`` or
     ``"similarity"``) they were found with."""
@@ -176,7 +183,7 @@ def worst_record(worst: list[WorstQuery], metric: str, names: list[Any] | None) 
     header = worst_queries_header(worst)
     return {
         "metric": header[2] if worst else metric,
-        "k": worst[0].k if worst else None,
+        "k": worst[0].k if worst else k,
         "distance_kind": header[6],
         "queries": queries,
     }

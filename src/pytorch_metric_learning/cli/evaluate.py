@@ -348,7 +348,9 @@ def run(args: argparse.Namespace) -> int:
             record["per_category"] = category_record(per_category)
             record.update(counts.as_record() if counts is not None else {})
         if worst is not None:
-            record["worst_queries"] = worst_record(worst, args.worst_metric, inputs.class_names)
+            record["worst_queries"] = worst_record(
+                worst, args.worst_metric, inputs.class_names, args.worst_k
+            )
         write_results(args.output, record)
     return 0
 

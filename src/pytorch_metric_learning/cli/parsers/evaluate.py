@@ -25,6 +25,7 @@ __all__ = [
     "add_parser",
     "check_breakdown_options",
     "check_ci_method",
+    "check_single_shot",
     "check_reference_options",
     "input_files",
     "output_files",
@@ -33,6 +34,10 @@ __all__ = [
 KNOWN_METRICS = tuple(sorted(DEFAULT_METRICS + ON_REQUEST_METRICS))
 # bootstrap.METHODS, spelled out: the parsers import no torch (pml-eval --help stays fast).
 CI_METHODS = ("auto", "percentile", "clopper_pearson")
+
+# --show-worst's table and picture when --worst-metric and --worst-k are not given
+WORST_METRIC = "precision_at_1"
+WORST_K = 5
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -131,6 +136,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                 check_reference_options,
                 check_ci_options,
                 check_ci_method,
+                check_single_shot,
                 check_breakdown_options,
                 _outputs,
             ),
@@ -150,14 +156,12 @@ def _add_worst_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--worst-metric",
         type=_per_query_metric,
-        default="precision_at_1",
         metavar="NAME",
         help="the metric that ranks queries for --show-worst (default: precision_at_1)",
     )
     parser.add_argument(
         "--worst-k",
         type=positive_int,
-        default=5,
         metavar="K",
         help="retrievals shown per worst query (default: 5)",
     )
@@ -197,6 +201,8 @@ def check_breakdown_options(args: argparse.Namespace) -> None:
         given = [
             option
             for option, value in (
+                ("--worst-metric", args.worst_metric),
+                ("--worst-k", args.worst_k),
                 ("--images", args.images),
                 ("--reference-images", args.reference_images),
                 ("--plot", args.plot),
@@ -206,6 +212,8 @@ def check_breakdown_options(args: argparse.Namespace) -> None:
         if given:
             raise UsageError(f"{given[0]} belongs to --show-worst N; give --show-worst")
         return
+    args.worst_metric = args.worst_metric or WORST_METRIC
+    args.worst_k = args.worst_k or WORST_K
     if (args.images is None) != (args.plot is None):
         raise UsageError("--images and --plot must be given together (the picture needs both)")
     if args.plot is not None and not args.plot.lower().endswith(".png"):
@@ -214,6 +222,26 @@ def check_breakdown_options(args: argparse.Namespace) -> None:
         raise UsageError("--reference-images needs --images and --reference")
     if args.images is not None and args.reference is not None and args.reference_images is None:
         raise UsageError("--reference-images is needed to draw the retrievals from --reference")
+
+
+def check_single_shot(args: argparse.Namespace) -> None:
+    """``--single-gallery-shot`` changes recall_at_K and precision_at_1 of one process's
+    search: refused with a sharded search, and pointless without those metrics."""
+    if not getattr(args, "single_gallery_shot", False):
+        return
+    spec = getattr(args, "knn", None)
+    name = spec.get("name") if isinstance(spec, dict) else spec
+    if name == "torch_distributed":
+        raise UsageError(
+            "--single-gallery-shot cannot be combined with --knn torch_distributed: the "
+            "single-shot draw ranks every candidate of a query in one process"
+        )
+    chosen = args.metrics or DEFAULT_METRICS
+    if not any(_zero_one(name) for name in chosen):
+        raise UsageError(
+            "--single-gallery-shot changes only recall_at_K and precision_at_1, and --metrics "
+            f"selects neither ({', '.join(chosen)}): add one, or leave out --single-gallery-shot"
+        )
 
 
 def check_ci_method(args: argparse.Namespace) -> None:

@@ -27,7 +27,13 @@ class PerQueryValues:
 
     Attributes:
         query_indices: Long tensor: the rows of the query that have at least one relevant
-            reference (lone queries have no value), in increasing order.
+            reference (lone queries have no value), in increasing order. With one set in
+            two roles (``is_query``/``is_reference``) the query is the set's query rows,
+            so these count positions among them (as ``query_categories`` does).
+        query_rows: The same queries as rows of the embeddings given to ``get_accuracy``:
+            equal to ``query_indices``, except with ``is_query``/``is_reference``, where
+            they are rows of the one set (as ``query_groups``, ``excluded_pairs`` and
+            ``find_worst_queries`` number them). None where no call filled it in.
         query_labels: The labels of those queries (for slicing or resampling by class).
         values: ``{metric name: float64 tensor}``, aligned with ``query_indices``; its mean
             is the metric as ``get_accuracy`` reports it without ``avg_of_avgs``.
@@ -46,6 +52,7 @@ class PerQueryValues:
     first_relevant_rank: torch.Tensor | None = None
     num_retrieved: int = 0
     single_shot_cmc: torch.Tensor | None = None
+    query_rows: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.query_indices)

@@ -42,8 +42,9 @@ CALLER = "AccuracyCalculator.get_accuracy"
 
 # float64 elements of the (queries, relevant items, identities) block of one step.
 _BLOCK_ELEMENTS = 1 << 22
-# Random integers drawn at once by the single-shot draws (8 bytes each: 32 MiB).
-_DRAW_ELEMENTS = 1 << 22
+# Random integers drawn at once by the single-shot draws (8 bytes each: 8 MiB; with the
+# chunk's other temporaries about six times that).
+_DRAW_ELEMENTS = 1 << 20
 # Skipped: a relevant candidate's chances whose bound is below exp(-50) (about 2e-22).
 _NEGLIGIBLE_EXPONENT = 50.0
 

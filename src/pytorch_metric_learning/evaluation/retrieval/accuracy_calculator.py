@@ -582,7 +582,12 @@ class AccuracyCalculator:
             with torch.no_grad():
                 results = self._get_accuracy(functions, **kwargs)
                 if return_per_query:
-                    results["per_query"] = self._per_query(functions, kwargs)
+                    per_query = self._per_query(functions, kwargs)
+                    rows = per_query.query_indices
+                    per_query.query_rows = (
+                        rows if call.roles is None else call.roles.query_rows[rows]
+                    )
+                    results["per_query"] = per_query
                 if categories is not None:
                     results["per_category"] = self._per_category(functions, kwargs, categories)
         kwargs.clear()  # release the k-NN outputs before returning
