@@ -116,8 +116,10 @@ def evaluations(draw):
         "k": draw(st.sampled_from([None, "max_bin_count", 1, 3, 7])),
         "averaging": draw(st.sampled_from(["plain", "avg_of_avgs", "return_per_class"])),
         "budget": draw(st.integers(1, 600)),
-        # reference bytes searched at a time (the default searches these whole)
+        # reference bytes searched at a time (the default searches these whole); only a
+        # search that copies the reference (here: normalizing it) is chunked
         "chunk_bytes": draw(st.sampled_from([_blocked.REFERENCE_CHUNK_BYTES, 1, 24, 100])),
+        "normalize": draw(st.booleans()),
     }
     return call, options
 
@@ -155,7 +157,9 @@ def protocol_options(draw, mode, generator, labels, num_query, rows):
 
 def calculator(options: dict, budget: int | None) -> AccuracyCalculator:
     averaging = options["averaging"]
+    distance = LpDistance(normalize_embeddings=options.get("normalize", False), power=2)
     return AccuracyCalculator(
+        knn_func=CustomKNN(distance),
         include=KNN_METRICS,
         k=options["k"],
         avg_of_avgs=averaging == "avg_of_avgs",

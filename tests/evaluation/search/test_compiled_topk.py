@@ -22,7 +22,10 @@ from test_knn_tiled import FAST, assert_top_k, brute_force_values, integer_point
 from pytorch_metric_learning.distances import LpDistance, SNRDistance
 from pytorch_metric_learning.evaluation import CustomKNN
 from pytorch_metric_learning.evaluation.search import _compiled_topk
-from pytorch_metric_learning.evaluation.search._tiled_search import SquaredEuclidean
+from pytorch_metric_learning.evaluation.search._tiled_search import (
+    SeparateSquaredEuclidean,
+    SquaredEuclidean,
+)
 
 knn_module = importlib.import_module("pytorch_metric_learning.evaluation.search.knn")
 search_module = importlib.import_module(
@@ -420,7 +423,8 @@ def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
     query = torch.randn(150, 8, generator=torch.Generator().manual_seed(9))
     reference = torch.randn(90, 8, generator=torch.Generator().manual_seed(10))
     walked, inside = [], []
-    original_walk, original_tile = search_module._walk_row_blocks_in_parallel, SquaredEuclidean.tile
+    original_walk = search_module._walk_row_blocks_in_parallel
+    original_tile = SeparateSquaredEuclidean.tile
 
     def walk(*args):
         walked.append(1)
@@ -431,7 +435,7 @@ def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
         return original_tile(self, rows, cols, out)
 
     monkeypatch.setattr(search_module, "_walk_row_blocks_in_parallel", walk)
-    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    monkeypatch.setattr(SeparateSquaredEuclidean, "tile", tile)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -449,25 +453,25 @@ def test_a_threaded_separate_search_gives_each_thread_whole_row_blocks(
 
 @pytest.mark.parametrize("separate", [True, False])
 def test_separate_searches_compute_tiles_in_blocks(compiled_everywhere, monkeypatch, separate):
-    """A separate search computes each 32-square tile in blocks of 8 x 12 (the sample's
-    blocks whole-width, for the rows' first bounds); a self-search computes whole tiles."""
+    """A separate search computes each 32-square tile in blocks of 8 x 12 (its rows' first
+    bounds come from a sample scored apart); a self-search computes whole tiles."""
     monkeypatch.setattr(search_module, "BLOCK_ROWS", 8)
     monkeypatch.setattr(search_module, "BLOCK_COLUMNS", 12)
     shapes = []
-    original_tile = SquaredEuclidean.tile
+    scorer = SeparateSquaredEuclidean if separate else SquaredEuclidean
+    original_tile = scorer.tile
 
     def tile(self, rows, cols, out):
         shapes.append((cols.start, rows.stop - rows.start, cols.stop - cols.start))
         return original_tile(self, rows, cols, out)
 
-    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    monkeypatch.setattr(scorer, "tile", tile)
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(13))
     reference = x.clone() if separate else None
     values, indices = CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 5, reference)
-    if separate:  # two row blocks of 32: the sample in 4 x 1 blocks, the other tile in 4 x 3
-        assert sorted({shape for shape in shapes if shape[0] == 0}) == [(0, 8, 32)]
-        assert {shape[1:] for shape in shapes if shape[0] > 0} == {(8, 12), (8, 8)}
-        assert len(shapes) == 2 * (4 + 4 * 3)
+    if separate:  # two row blocks of 32 x two tile columns, each tile in 4 x 3 blocks
+        assert {shape[1:] for shape in shapes} == {(8, 12), (8, 8)}
+        assert len(shapes) == 2 * 2 * 4 * 3
     else:  # the three tiles on and below the diagonal, whole
         assert shapes == [(0, 32, 32), (0, 32, 32), (32, 32, 32)]
     table = torch.cdist(x.double(), x.double()).numpy() ** 2
@@ -537,9 +541,9 @@ def _spy_on_compiled_searches(monkeypatch) -> list:
     calls = []
     original = knn_module.search_compiled
 
-    def spy(*args):
+    def spy(*args, **kwargs):
         calls.append(args[1])
-        return original(*args)
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(knn_module, "search_compiled", spy)
     return calls
@@ -911,13 +915,14 @@ def test_a_search_failing_on_the_callers_thread_leaves_the_next_search_free(
     x = torch.randn(150, 8, generator=torch.Generator().manual_seed(16))
     caller_failed = threading.Event()
     callers = []
-    original_tile = SquaredEuclidean.tile
+    scorer = SeparateSquaredEuclidean if separate else SquaredEuclidean
+    original_tile = scorer.tile
 
     def tile(self, rows, cols, out):
         if threading.get_ident() in callers:
             caller_failed.set()
             raise MemoryError("injected")
-        if cols.start != 0:  # past the sample: wait (bounded) until the caller failed
+        if cols.start != 0:  # past the first tile: wait (bounded) until the caller failed
             caller_failed.wait(timeout=10)
         return original_tile(self, rows, cols, out)
 
@@ -930,10 +935,10 @@ def test_a_search_failing_on_the_callers_thread_leaves_the_next_search_free(
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+        monkeypatch.setattr(scorer, "tile", tile)
         with pytest.raises(MemoryError, match="injected"):
             _finishes(failing_search)
-        monkeypatch.setattr(SquaredEuclidean, "tile", original_tile)
+        monkeypatch.setattr(scorer, "tile", original_tile)
         values, indices = _finishes(
             lambda: CustomKNN(LpDistance(normalize_embeddings=False, power=2))(x, 6)
         )

@@ -23,6 +23,7 @@ from pytorch_metric_learning.evaluation import CustomKNN
 from pytorch_metric_learning.evaluation.search import _topk
 from pytorch_metric_learning.evaluation.search._running_topk import GROUP, RunningTopK
 from pytorch_metric_learning.evaluation.search._tiled_search import (
+    SeparateSquaredEuclidean,
     SquaredEuclidean,
     search_symmetric,
 )
@@ -313,7 +314,7 @@ def test_float64_embeddings_near_the_ends_of_float64(exponent, power) -> None:
     never an OverflowError, and the neighbours are those of the unscaled embeddings."""
     x = torch.randn(40, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=power))
-    expected_d, expected_i = knn(x, 4, x, True)
+    expected_d, expected_i = knn(x, 4, x.clone(), True)  # a separate search, as below
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         distances, indices = knn(x * 2.0**exponent, 4, x * 2.0**exponent, True)
@@ -353,16 +354,21 @@ def test_batch_size_keeps_its_block_shape_on_the_generic_path() -> None:
     assert distance.shapes == [(4, 13), (4, 13), (2, 13)]
 
 
+def _record_tiles(monkeypatch, record) -> None:
+    """Call ``record(rows, cols, scores)`` after every tile of both Euclidean scorers."""
+    for scorer in (SquaredEuclidean, SeparateSquaredEuclidean):
+
+        def tile(self, rows, cols, out, original=scorer.tile):
+            scores = original(self, rows, cols, out)
+            record(rows, cols, scores)
+            return scores
+
+        monkeypatch.setattr(scorer, "tile", tile)
+
+
 def test_batch_size_keeps_its_block_shape_on_the_euclidean_path(monkeypatch) -> None:
     shapes = []
-    original = SquaredEuclidean.tile
-
-    def tile(self, rows, cols, out):
-        scores = original(self, rows, cols, out)
-        shapes.append(tuple(scores.shape))
-        return scores
-
-    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    _record_tiles(monkeypatch, lambda rows, cols, scores: shapes.append(tuple(scores.shape)))
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2), batch_size=4)
     knn(torch.randn(10, 3), 2, torch.randn(13, 3))
     assert shapes == [(4, 13), (4, 13), (2, 13)]
@@ -377,13 +383,10 @@ def test_batch_size_keeps_its_block_shape_on_the_euclidean_path(monkeypatch) -> 
 
 def test_default_tiles_follow_the_memory_budget(monkeypatch) -> None:
     shapes = []
-    original = SquaredEuclidean.tile
-
-    def tile(self, rows, cols, out):
-        shapes.append((rows.stop - rows.start, cols.stop - cols.start))
-        return original(self, rows, cols, out)
-
-    monkeypatch.setattr(SquaredEuclidean, "tile", tile)
+    _record_tiles(
+        monkeypatch,
+        lambda rows, cols, _: shapes.append((rows.stop - rows.start, cols.stop - cols.start)),
+    )
     monkeypatch.setattr(knn_module, "TILE_BYTES", 64 * 64 * 4)
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
     knn(torch.randn(100, 3), 2, torch.randn(150, 3))  # whole rows: 27 fit, 109 within 4x

@@ -12,10 +12,16 @@ last neighbour when its own row is not among them), as the whole search does; a 
 exclusion is restricted to the block's rows. Memory then follows ``budget`` (the bytes of
 one block's outputs: distances, indices and relevance) instead of ``num_queries x k``.
 
-The compiled search copies its reference once per call (``[-2 r, |r|^2]``); a reference
-larger than ``REFERENCE_CHUNK_BYTES`` is therefore searched in chunks of rows, and each
+The Euclidean and inner-product searches read the reference where it lies, so each block
+searches it whole. A search that copies it (a distance that normalizes the embeddings,
+inputs of different dtypes, a distance without a one-GEMM scorer: see
+:func:`~..search.knn.copies_reference`) would hold a copy as large as the reference; a
+reference larger than ``REFERENCE_CHUNK_BYTES`` is then searched in chunks of rows, and each
 chunk's first ``k`` merged by (distance, index), as ``CustomKNN`` merges the blocks of a
 memory-mapped reference: the first ``k`` of the whole lie among the chunks' first ``k``.
+Chunks cost time: each chunk's search keeps and sorts ``k`` candidates per query again
+(at k = 2,000, four chunks of a 200,000-row reference took three times the time of the
+whole).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from ..search._checked_search import search_knn
 from ..search._excluded_search import search_excluding
 from ..search._progress import SearchProgress
 from ..search._rescale import _exponent, largest_magnitude
-from ..search.knn import _merge_first_k, remove_self_matches
+from ..search.knn import _merge_first_k, copies_reference, remove_self_matches
 from ._categories import subset_stats
 from ._label_stats import LabelComparison, LabelStats, relevance_of
 from ._metric_names import per_query_function
@@ -53,8 +59,9 @@ __all__ = [
 # metrics' temporaries): measured at 30,000 rows and k = 1,000, the call grew by 204, 312
 # and 596 MiB with budgets of 8, 32 and 128 MiB, loading numba (about 100 MiB) included.
 KNN_OUTPUT_BUDGET = 32 * 2**20
-# A reference larger than this is searched in chunks of rows of about this size (without
-# protocol rules, and when the embeddings need no rescaling: one scale for all chunks).
+# A reference larger than this, whose search would copy it, is searched in chunks of rows
+# of about this size (without protocol rules, and when the embeddings need no rescaling:
+# one scale for all chunks).
 REFERENCE_CHUNK_BYTES = 32 * 2**20
 # Index and relevance bytes of one neighbour, beside its distance.
 _INDEX_AND_RELEVANCE_BYTES = 8 + 1
@@ -120,11 +127,13 @@ class Blocks:
 
     @staticmethod
     def reference_rows_for(
-        query: torch.Tensor, reference: torch.Tensor, protocol: Protocol | None
+        knn_func: Any, query: torch.Tensor, reference: torch.Tensor, protocol: Protocol | None
     ) -> int | None:
         """Reference rows per chunk, or None to search the whole reference at once."""
         row_bytes = max(1, reference.shape[1] * reference.element_size())
         if protocol is not None or len(reference) * row_bytes <= REFERENCE_CHUNK_BYTES:
+            return None
+        if not copies_reference(knn_func.distance, query, reference):
             return None
         if _exponent(largest_magnitude(query, reference)):
             return None

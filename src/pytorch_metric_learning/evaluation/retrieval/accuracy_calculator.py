@@ -924,7 +924,7 @@ class AccuracyCalculator:
             protocol,
             Blocks.rows_for(budget, k, distance_bytes),
             OWNER,
-            Blocks.reference_rows_for(query, reference, protocol),
+            Blocks.reference_rows_for(self.knn_func, query, reference, protocol),
         )
         logger.info(
             "AccuracyCalculator: k-NN metrics in %d blocks of %d queries (knn_output_budget "

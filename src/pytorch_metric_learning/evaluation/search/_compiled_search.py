@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -40,7 +41,7 @@ from ._tiled_search import Scorer
 from ._topk import topk
 from .exclusion import Exclusion
 
-__all__ = ["sample_first", "search_compiled"]
+__all__ = ["Sample", "sample_first", "search_compiled", "spaced_sample"]
 
 # Standard deviations added to the expected sampled rank of the k-th score.
 SPREAD = 3.0
@@ -50,6 +51,33 @@ SPREAD = 3.0
 # for which blocks took 7% more time (each block reloads its columns' bounds).
 BLOCK_ROWS = 512
 BLOCK_COLUMNS = 1024
+# A separate search of fewer than ``threads * side`` query rows gives each thread row blocks
+# of an equal share of them, but not fewer than this many rows (their products would
+# re-read the reference too often): at 1,290 queries x 200,000 references and k = 2,001,
+# two threads took 0.6 of one thread's time.
+MIN_THREAD_ROWS = 256
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The query's scorer against ``size`` evenly spaced reference rows
+    (:func:`spaced_sample`), which sets each query row's first bound in a separate search."""
+
+    scorer: Scorer
+    size: int
+
+
+def spaced_sample(num_ref: int, side: int) -> torch.Tensor | None:
+    """``side`` evenly spaced rows of ``num_ref``; None when a single tile column holds them
+    all (the first tile then sets the bounds).
+
+    Example:
+        >>> spaced_sample(10, 4).tolist()
+        [0, 2, 5, 7]
+    """
+    if num_ref <= side:
+        return None
+    return torch.arange(side) * num_ref // side
 
 
 def sample_first(num_ref: int, side: int) -> torch.Tensor | None:
@@ -60,9 +88,9 @@ def sample_first(num_ref: int, side: int) -> torch.Tensor | None:
         >>> sample_first(10, 4).tolist()
         [0, 2, 5, 7, 1, 3, 4, 6, 8, 9]
     """
-    if num_ref <= side:
+    sample = spaced_sample(num_ref, side)
+    if sample is None:
         return None
-    sample = torch.arange(side) * num_ref // side
     others = torch.ones(num_ref, dtype=torch.bool)
     others[sample] = False
     return torch.cat([sample, torch.nonzero(others).squeeze(1)])
@@ -76,6 +104,7 @@ def search_compiled(
     skip_diagonal: bool = False,
     order: torch.Tensor | None = None,
     exclusion: Exclusion | None = None,
+    sample: Sample | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted ``(scores, indices)`` of each query row's k smallest scores.
 
@@ -93,12 +122,16 @@ def search_compiled(
     walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal), num_ref)
     walk.exclusion = exclusion
     with SearchProgress(_walked_pairs(num_query, num_ref, symmetric)) as walk.progress:
-        if state.threads == 1 or num_query <= side:
-            walk.offer(_tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric))
-        elif symmetric:
+        if symmetric and state.threads > 1 and num_query > side:
             _walk_tiles_in_parallel(walk, (num_query, num_ref))
-        else:
+        elif (
+            not symmetric
+            and state.threads > 1
+            and num_query > _row_block_height(num_query, side, state.threads)
+        ):
             _walk_row_blocks_in_parallel(walk, (num_query, num_ref))
+        else:
+            walk.offer(_tiles(range(0, num_query, side), (num_query, num_ref), side, symmetric))
     short = torch.from_numpy(np.nonzero(state.count < k)[0])
     numbering = None if order is None else order.to(torch.int32).numpy()
     positions = order if symmetric else None
@@ -139,6 +172,7 @@ class _Walk:
         self.in_blocks = not self.symmetric
         self.exclusion: Exclusion | None = None
         self.progress: SearchProgress | None = None
+        self.sample: Sample | None = None  # sets first bounds apart from the tiles
 
     def buffer(self) -> torch.Tensor:
         """A buffer that holds a tile's products (a block's, in blocks)."""
@@ -153,6 +187,8 @@ class _Walk:
         if self.in_blocks:
             tiles = [block for tile in tiles for block in self._blocks(*tile)]
         for rows, cols in tiles:
+            if self.sample is not None and cols.start == 0:
+                self.first_bounds(rows, self.sample)
             scores = self.product(rows, cols, buffer)
             self.prepare(rows.start, cols.start, scores)
             self.push(rows.start, cols.start, scores)
@@ -179,13 +215,20 @@ class _Walk:
             scores.diagonal(offset=r0 - c0).fill_(torch.inf)
         if self.exclusion is not None:
             self.exclusion.fill_tile(scores, slice(r0, r0 + len(scores)), c0, torch.inf)
-        if c0 == 0 and self.rank is not None:  # the sample
+        if self.is_sample(c0):
             rows = slice(r0, r0 + len(scores))
             self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
 
+    def first_bounds(self, rows: slice, sample: Sample) -> None:
+        """Set the first bounds of ``rows`` from their scores against the sample."""
+        assert self.rank is not None
+        scores = sample.scorer.picked(rows, slice(0, sample.size))
+        self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
+
     def is_sample(self, c0: int) -> bool:
-        """Whether scores from column ``c0`` on are the sample's (or a block of it)."""
-        return c0 == 0 and self.rank is not None
+        """Whether scores from column ``c0`` on are the reordered sample's (or a block of
+        it)."""
+        return c0 == 0 and self.rank is not None and self.sample is None
 
     def push(self, r0: int, c0: int, scores: torch.Tensor) -> None:
         """Offer prepared scores to their rows and, below the diagonal tiles of a
@@ -208,13 +251,19 @@ def _tile_pairs(r0: int, c0: int, shape: tuple[int, ...], symmetric: bool) -> in
 
 
 def _tiles(
-    row_starts: range, size: tuple[int, int], side: int, symmetric: bool
+    row_starts: range,
+    size: tuple[int, int],
+    side: int,
+    symmetric: bool,
+    height: int | None = None,
 ) -> list[tuple[slice, slice]]:
     """The tiles of the row blocks starting at ``row_starts``, row block by row block;
-    ``size`` is ``(num_query, num_ref)``. A symmetric walk stops at the diagonal."""
+    ``size`` is ``(num_query, num_ref)``. A symmetric walk stops at the diagonal. Row
+    blocks are ``height`` rows high (``side`` if None)."""
     num_query, num_ref = size
+    height = side if height is None else height
     return [
-        (slice(r0, min(r0 + side, num_query)), slice(c0, min(c0 + side, num_ref)))
+        (slice(r0, min(r0 + height, num_query)), slice(c0, min(c0 + side, num_ref)))
         for r0 in row_starts
         for c0 in range(0, r0 + 1 if symmetric else num_ref, side)
     ]
@@ -229,7 +278,8 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
     :func:`_walk_tiles_in_parallel`).
     """
     num_query = size[0]
-    blocks = iter(range(0, num_query, walk.side))
+    height = _row_block_height(num_query, walk.side, walk.state.threads)
+    blocks = iter(range(0, num_query, height))
     lock = threading.Lock()
     failed = threading.Event()  # the other threads stop at their next row block
 
@@ -241,12 +291,19 @@ def _walk_row_blocks_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:
                     r0 = next(blocks, None)
                 if r0 is None:
                     return
-                walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False), buffer)
+                walk.offer(_tiles(range(r0, r0 + 1), size, walk.side, False, height), buffer)
         except BaseException:
             failed.set()
             raise
 
-    _alone_on_threads(walk, work, min(walk.state.threads, -(-num_query // walk.side)))
+    _alone_on_threads(walk, work, min(walk.state.threads, -(-num_query // height)))
+
+
+def _row_block_height(num_query: int, side: int, threads: int) -> int:
+    """Rows per row block of a separate search on ``threads`` threads: ``side``, or an
+    equal share of fewer rows (at least ``MIN_THREAD_ROWS``), so that every thread works."""
+    share = -(-num_query // threads)
+    return min(side, max(MIN_THREAD_ROWS, share))
 
 
 def _walk_tiles_in_parallel(walk: _Walk, size: tuple[int, int]) -> None:

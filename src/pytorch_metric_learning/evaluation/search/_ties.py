@@ -37,18 +37,24 @@ def order_ties(
     """
     if distances.shape[1] < 2:
         return distances, indices
-    rows = (distances[:, 1:] == distances[:, :-1]).any(dim=1).nonzero().flatten()
+    tied = distances[:, 1:] == distances[:, :-1]
+    # only rows where a tied pair is out of index order are sorted
+    rows = (tied & (indices[:, 1:] < indices[:, :-1])).any(dim=1).nonzero().flatten()
     if len(rows) == 0:
         return distances, indices
-    tied_d, tied_i = distances[rows], indices[rows]
-    by_index = torch.argsort(tied_i, dim=1, stable=True)
-    key = tied_d.gather(1, by_index)
-    by_distance = torch.argsort(key, dim=1, descending=largest, stable=True)
-    order = by_index.gather(1, by_distance)
-    distances, indices = distances.clone(), indices.clone()
-    distances[rows] = tied_d.gather(1, order)
-    indices[rows] = tied_i.gather(1, order)
+    # equal distances form runs; sorting (run number, index) orders each run by index and
+    # keeps the runs in place, so the distances do not move
+    runs = torch.zeros(len(rows), distances.shape[1], dtype=torch.long, device=indices.device)
+    runs[:, 1:] = (~tied[rows]).cumsum(dim=1)
+    keys = runs * _INDEX_SPAN + indices[rows]
+    indices = indices.clone()
+    indices[rows] = torch.sort(keys, dim=1).values - runs * _INDEX_SPAN
     return distances, indices
+
+
+# Above any reference index (k-NN indices are below 2**31, see CustomKNN): run numbers
+# are multiples of it in the keys of order_ties.
+_INDEX_SPAN = 2**32
 
 
 def tied_at_boundary(distances: torch.Tensor, k: int) -> torch.Tensor:

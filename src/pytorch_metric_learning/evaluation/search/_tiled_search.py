@@ -21,6 +21,7 @@ __all__ = [
     "CHUNK",
     "NegatedInnerProduct",
     "Scorer",
+    "SeparateSquaredEuclidean",
     "SquaredEuclidean",
     "search_symmetric",
     "square_tile",
@@ -79,6 +80,40 @@ class SquaredEuclidean:
         if not self.symmetric:
             scores = scores + self.query_sq
         return scores.clamp_min_(0)
+
+
+class SeparateSquaredEuclidean:
+    """``|r|^2 - 2 q.r`` of a separate search, without copying the reference: each tile is
+    one ``addmm`` onto the reference's squared norms (``|q|^2`` is added by ``finish``).
+
+    The reference is read where it lies, so a search of any size holds one tile beyond its
+    inputs and outputs (a joined ``[-2 r, |r|^2]`` copy would be as large as the
+    reference, 516 MB for a million rows of 128 floats).
+    """
+
+    def __init__(self, query: torch.Tensor, ref: torch.Tensor) -> None:
+        self.query, self.ref = query, ref
+        self.query_sq = _squared_norms(query, None)
+        self.ref_sq = _squared_norms(ref, None).view(1, -1)
+
+    def tile(self, rows: slice, cols: slice, out: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(
+            self.ref_sq[:, cols], self.query[rows], self.ref[cols].T, alpha=-2, out=out
+        )
+
+    def picked(self, rows: slice | torch.Tensor, cols: slice | torch.Tensor) -> torch.Tensor:
+        """Scores of the query rows and reference rows at these indices."""
+        return torch.addmm(self.ref_sq[:, cols], self.query[rows], self.ref[cols].T, alpha=-2)
+
+    def finish(self, scores: torch.Tensor) -> torch.Tensor:
+        return (scores + self.query_sq).clamp_min_(0)
+
+    def columns(self, index: torch.Tensor) -> SeparateSquaredEuclidean:
+        """The same scorer against the reference rows at ``index`` only (copied)."""
+        part = SeparateSquaredEuclidean.__new__(SeparateSquaredEuclidean)
+        part.query, part.query_sq = self.query, self.query_sq
+        part.ref, part.ref_sq = self.ref[index], self.ref_sq[:, index]
+        return part
 
 
 # Rows per block when the scorers copy their inputs: the temporaries stay small.
@@ -140,6 +175,10 @@ class NegatedInnerProduct:
 
     def finish(self, scores: torch.Tensor) -> torch.Tensor:
         return scores.neg()
+
+    def columns(self, index: torch.Tensor) -> NegatedInnerProduct:
+        """The same scorer against the reference rows at ``index`` only (copied)."""
+        return NegatedInnerProduct(self.query, self.ref[index])
 
 
 def square_tile(budget_bytes: int, element_size: int) -> int:

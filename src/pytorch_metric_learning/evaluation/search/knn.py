@@ -20,13 +20,14 @@ from ...distances import BaseDistance, DotProductSimilarity, LpDistance
 from ...distances.lp_distance import power_of_squared as _power_of_squared
 from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
-from ._compiled_search import sample_first, search_compiled
+from ._compiled_search import Sample, sample_first, search_compiled, spaced_sample
 from ._progress import SearchProgress
 from ._rescale import Rescaled, _exponent, largest_magnitude, rescale
 from ._ties import first_k_of_rows, order_ties, tied_at_boundary
 from ._tiled_search import (
     NegatedInnerProduct,
     Scorer,
+    SeparateSquaredEuclidean,
     SquaredEuclidean,
     search_symmetric,
     square_tile,
@@ -34,7 +35,7 @@ from ._tiled_search import (
 from ._topk import topk
 from .exclusion import Exclusion
 
-__all__ = ["CustomKNN", "default_custom_knn", "remove_self_matches"]
+__all__ = ["CustomKNN", "copies_reference", "default_custom_knn", "remove_self_matches"]
 
 logger = logging.getLogger(__name__)
 
@@ -283,7 +284,7 @@ class CustomKNN:
                 values, indices = search_symmetric(scorer, size, tile, query, drop_self)
             else:
                 values, indices = self._search_rows(scorer, size, query, drop_self, exclusion)
-        if isinstance(scorer, SquaredEuclidean):
+        if isinstance(scorer, (SquaredEuclidean, SeparateSquaredEuclidean)):
             values = _power_of_squared(values, self.distance.power)
         return values, indices, drop_self
 
@@ -299,6 +300,8 @@ class CustomKNN:
         is an evenly spaced sample; a symmetric self-search reorders both sides alike.
         ``self_search`` is ``(symmetric, drop_self)``."""
         symmetric, drop_self = self_search
+        if not symmetric and not drop_self and exclusion is None and reference is not query:
+            return self._search_compiled_in_place(query, reference, size)
         order = sample_first(len(reference), COMPILED_TILE)
         if order is not None and exclusion is not None:
             exclusion = exclusion.reordered(order)
@@ -307,6 +310,17 @@ class CustomKNN:
         values, indices = search_compiled(
             scorer, size, symmetric, COMPILED_TILE, drop_self, order, exclusion
         )
+        return scorer.finish(values), indices, scorer
+
+    def _search_compiled_in_place(
+        self, query: torch.Tensor, reference: torch.Tensor, size: tuple[int, int, int]
+    ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
+        """``search_compiled`` of a separate search over the reference as it lies (no
+        reordered copy): each row's first bound comes from an evenly spaced sample."""
+        scorer = _fast_scorer(self.distance, query, reference, False)
+        rows = spaced_sample(len(reference), COMPILED_TILE)
+        sample = None if rows is None else Sample(scorer.columns(rows), len(rows))
+        values, indices = search_compiled(scorer, size, False, COMPILED_TILE, sample=sample)
         return scorer.finish(values), indices, scorer
 
     def _search_rows(
@@ -535,6 +549,29 @@ def _compiled_loads(pairs: int) -> bool:
     return _cold_pairs >= COMPILED_LOAD_PAIRS and _compiled_topk.available()
 
 
+def copies_reference(
+    distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor
+) -> bool:
+    """Whether a separate search of ``query`` in ``reference`` copies the whole reference
+    (normalized, or converted to a common dtype, or for a distance without a one-GEMM
+    scorer); the Euclidean and inner-product scorers read it where it lies.
+
+    Example:
+        >>> x = torch.zeros(3, 2)
+        >>> copies_reference(LpDistance(normalize_embeddings=False), x, x)
+        False
+        >>> copies_reference(LpDistance(), x, x)  # normalizes
+        True
+    """
+    common = torch.promote_types(query.dtype, reference.dtype)
+    return (
+        _scorer_kind(distance) is None
+        or distance.normalize_embeddings
+        or common != reference.dtype
+        or common in (torch.float16, torch.bfloat16)
+    )
+
+
 def _scorer_kind(distance: BaseDistance) -> type[SquaredEuclidean | NegatedInnerProduct] | None:
     """The one-GEMM-per-tile scorer class for the distances that have one, else None."""
     if (
@@ -559,10 +596,13 @@ def _fast_scorer(
     ref: torch.Tensor,
     same: bool,
     order: torch.Tensor | None = None,
-) -> SquaredEuclidean | NegatedInnerProduct:
+) -> SquaredEuclidean | SeparateSquaredEuclidean | NegatedInnerProduct:
     """The one-GEMM-per-tile scorer of a distance that has one; ``order`` reorders the
-    reference rows (and the query's, when ``ref is query``)."""
+    reference rows (and the query's, when ``ref is query``). A separate search in the
+    reference's own order reads the reference where it lies."""
     if _scorer_kind(distance) is SquaredEuclidean:
+        if not same and order is None and ref is not query:
+            return SeparateSquaredEuclidean(query, ref)
         return SquaredEuclidean(query, ref, symmetric=same, order=order)
     return NegatedInnerProduct(query, ref, order)
 
