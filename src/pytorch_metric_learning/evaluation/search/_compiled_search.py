@@ -27,8 +27,8 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -215,15 +215,16 @@ class _Walk:
             scores.diagonal(offset=r0 - c0).fill_(torch.inf)
         if self.exclusion is not None:
             self.exclusion.fill_tile(scores, slice(r0, r0 + len(scores)), c0, torch.inf)
-        if self.is_sample(c0):
+        if self.is_sample(c0) and self.rank is not None:  # the reordered sample
             rows = slice(r0, r0 + len(scores))
             self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
 
     def first_bounds(self, rows: slice, sample: Sample) -> None:
         """Set the first bounds of ``rows`` from their scores against the sample."""
-        assert self.rank is not None
+        rank = self.rank
+        assert rank is not None  # a walk with a sample has a rank
         scores = sample.scorer.picked(rows, slice(0, sample.size))
-        self.state.bound[rows] = self.state.kth_smallest(scores, self.rank).numpy()
+        self.state.bound[rows] = self.state.kth_smallest(scores, rank).numpy()
 
     def is_sample(self, c0: int) -> bool:
         """Whether scores from column ``c0`` on are the reordered sample's (or a block of

@@ -317,7 +317,11 @@ class CustomKNN:
     ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
         """``search_compiled`` of a separate search over the reference as it lies (no
         reordered copy): each row's first bound comes from an evenly spaced sample."""
-        scorer = _fast_scorer(self.distance, query, reference, False)
+        scorer: SeparateSquaredEuclidean | NegatedInnerProduct
+        if _scorer_kind(self.distance) is SquaredEuclidean:
+            scorer = SeparateSquaredEuclidean(query, reference)
+        else:
+            scorer = NegatedInnerProduct(query, reference)
         rows = spaced_sample(len(reference), COMPILED_TILE)
         sample = None if rows is None else Sample(scorer.columns(rows), len(rows))
         values, indices = search_compiled(scorer, size, False, COMPILED_TILE, sample=sample)
@@ -549,9 +553,7 @@ def _compiled_loads(pairs: int) -> bool:
     return _cold_pairs >= COMPILED_LOAD_PAIRS and _compiled_topk.available()
 
 
-def copies_reference(
-    distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor
-) -> bool:
+def copies_reference(distance: BaseDistance, query: torch.Tensor, reference: torch.Tensor) -> bool:
     """Whether a separate search of ``query`` in ``reference`` copies the whole reference
     (normalized, or converted to a common dtype, or for a distance without a one-GEMM
     scorer); the Euclidean and inner-product scorers read it where it lies.
