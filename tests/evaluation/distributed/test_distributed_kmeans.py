@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _dist_plans import DIMS, KMEANS_COUNTS, blobs
+from _dist_workers import assert_raised_on
 from sklearn.cluster import KMeans
 
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
@@ -56,9 +57,7 @@ def test_sharding_does_not_change_the_clustering(ran, one_rank_group, name: str)
 )
 def test_invalid_arguments_raise_on_every_rank(ran, name: str, fragment: str) -> None:
     world, _, results = ran
-    for rank in range(world):
-        assert results[rank][name].get("error_type") == "InvalidArgumentError"
-        assert fragment in results[rank][name]["message"]
+    assert_raised_on(range(world), results, name, "InvalidArgumentError", fragment)
 
 
 @pytest.mark.parametrize(
