@@ -82,22 +82,10 @@ def test_registered_as_a_kmeans_backend() -> None:
     assert isinstance(kmeans, DistributedKMeans) and kmeans.max_iter == 7
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"n_init": 0}, InvalidArgumentError),
-        ({"max_iter": 1.5}, InvalidTypeError),
-        ({"tol": -1.0}, InvalidArgumentError),
-        ({"seed": "1"}, InvalidTypeError),
-        ({"init_size": 0}, InvalidArgumentError),
-        ({"max_points_per_centroid": 0}, InvalidArgumentError),
-        ({"max_points_per_centroid": 2.5}, InvalidTypeError),
-        ({"timeout": -3}, InvalidArgumentError),
-    ],
-)
-def test_invalid_options(options, error) -> None:
-    with pytest.raises(error):
-        DistributedKMeans(**options)
+def test_a_negative_timeout_is_refused() -> None:
+    # the options shared with TorchKMeans: test_invalid_options in clustering/test_kmeans.py
+    with pytest.raises(InvalidArgumentError, match="'timeout' parameter of DistributedKMeans"):
+        DistributedKMeans(timeout=-3)
 
 
 def test_one_rank_matches_scikit_learn_on_blobs(one_rank_group) -> None:
