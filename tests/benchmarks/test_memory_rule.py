@@ -10,11 +10,10 @@ would report the parent's memory as the child's. The rule: peaks come from
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from _peak import PEAK_SOURCE, needs_proc
+from _subprocess import run_python
 
 from ._scripts import BENCHMARKS, load_script
 
@@ -49,13 +48,7 @@ def test_a_child_of_a_large_parent_reports_its_own_peak() -> None:
     held = bytearray(300 * 2**20)
     held[::4096] = b"\x01" * len(held[::4096])  # every page resident
     script = CHILD.replace("PEAK_SOURCE", PEAK_SOURCE)
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(BENCHMARKS)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = run_python(script, str(BENCHMARKS))
     found = json.loads(done.stdout)
     assert len(held) == 300 * 2**20
     for name in ("memory", "peak", "now"):

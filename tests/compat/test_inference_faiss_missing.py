@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
+from _subprocess import run_python
 from pytorch_metric_learning.errors import BackendNotInstalledError
 from pytorch_metric_learning.evaluation.search import registry
 from pytorch_metric_learning.evaluation.search._install_hint import plugin_install_hint
@@ -50,9 +49,7 @@ def test_importing_and_searching_without_faiss_imports_no_faiss() -> None:
         print("faiss" in sys.modules, "pytorch_metric_learning_faiss" in sys.modules)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
+    result = run_python(code)
     assert result.stdout.split() == ["False", "False"]
 
 

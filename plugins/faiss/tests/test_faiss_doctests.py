@@ -9,17 +9,12 @@ import pytest
 
 pytestmark = pytest.mark.faiss
 
-MODULES = [
-    "pytorch_metric_learning_faiss._gpu",
-    "pytorch_metric_learning_faiss.index_helpers",
-    "pytorch_metric_learning_faiss.kmeans",
-    "pytorch_metric_learning_faiss.knn",
-    "pytorch_metric_learning_faiss.pca",
-]
+MODULES = ["_gpu", "index_helpers", "kmeans", "knn", "pca"]  # of pytorch_metric_learning_faiss
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    module = importlib.import_module(f"pytorch_metric_learning_faiss.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0

@@ -7,10 +7,12 @@ import torch
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 
+from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
 from pytorch_metric_learning.evaluation import KMeansFunc, TorchKMeans, load_kmeans_func
 from pytorch_metric_learning.evaluation.clustering import _lloyd as _lloyd_module
 from pytorch_metric_learning.evaluation.clustering._lloyd import LocalReducer, lloyd
 from pytorch_metric_learning.evaluation.clustering._lloyd_assign import nearest_other, nearest_two
+from pytorch_metric_learning.evaluation.distributed import DistributedKMeans
 
 
 def blobs(num_clusters, per_cluster, dims=16, spread=0.05, seed=0):
@@ -112,21 +114,24 @@ def test_half_precision_input():
     assert normalized_mutual_info_score(labels.numpy(), clusters.numpy()) == pytest.approx(1.0)
 
 
+# DistributedKMeans is the same algorithm with another driver: it takes the same options.
+@pytest.mark.parametrize("kmeans_class", [TorchKMeans, DistributedKMeans])
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"n_init": 0}, ValueError),
-        ({"max_iter": 1.5}, TypeError),
-        ({"tol": -1.0}, ValueError),
-        ({"seed": "a"}, TypeError),
-        ({"init_size": 0}, ValueError),
-        ({"max_points_per_centroid": 0}, ValueError),
-        ({"max_points_per_centroid": 1.5}, TypeError),
+        ({"n_init": 0}, InvalidArgumentError),
+        ({"max_iter": 1.5}, InvalidTypeError),
+        ({"tol": -1.0}, InvalidArgumentError),
+        ({"seed": "a"}, InvalidTypeError),
+        ({"init_size": 0}, InvalidArgumentError),
+        ({"max_points_per_centroid": 0}, InvalidArgumentError),
+        ({"max_points_per_centroid": 1.5}, InvalidTypeError),
     ],
 )
-def test_invalid_options(kwargs, error):
-    with pytest.raises(error):
-        TorchKMeans(**kwargs)
+def test_invalid_options(kmeans_class, kwargs, error):
+    (name,) = kwargs
+    with pytest.raises(error, match=f"'{name}' parameter of {kmeans_class.__name__}"):
+        kmeans_class(**kwargs)
 
 
 def test_invalid_calls():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import torch
@@ -27,6 +28,18 @@ def spawn(plan: list[dict[str, Any]], world_size: int, directory: str) -> list[d
 def shard(rows: torch.Tensor, counts: list[int], rank: int) -> torch.Tensor:
     start = sum(counts[:rank])
     return rows[start : start + counts[rank]]
+
+
+def assert_raised_on(
+    ranks: Iterable[int], results: list[dict[str, Any]], name: str, error: str, *fragments: str
+) -> None:
+    """Case ``name`` raised an error of type ``error`` on each of ``ranks``, its message
+    holding every one of ``fragments``."""
+    for rank in ranks:
+        got = results[rank][name]
+        assert got.get("error_type") == error, got
+        for fragment in fragments:
+            assert fragment in got["message"], (fragment, got)
 
 
 def _main(rank: int, world_size: int, directory: str) -> None:

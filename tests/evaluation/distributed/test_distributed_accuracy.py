@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from _dist_workers import COMPARISONS
+from _dist_workers import COMPARISONS, assert_raised_on
 
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.evaluation import AccuracyCalculator, TorchKMeans
@@ -93,21 +93,18 @@ def test_clustering_case_is_not_trivial(ran) -> None:
 def test_a_rank_failing_mid_evaluation_fails_every_rank(ran) -> None:
     world, _, results = ran
     assert results[1]["acc_local_failure"]["error_type"] == "RuntimeError"
-    for rank in set(range(world)) - {1}:
-        got = results[rank]["acc_local_failure"]
-        assert got["error_type"] == "DistributedEvaluationError", got
-        assert "injected failure in the local search" in got["message"]
+    others = set(range(world)) - {1}
+    failure = "injected failure in the local search"
+    assert_raised_on(others, results, "acc_local_failure", "DistributedEvaluationError", failure)
 
 
 @pytest.mark.slow
 def test_a_label_dtype_mismatch_fails_on_every_rank(ran) -> None:
     world, _, results = ran
-    for rank in range(world):
-        got = results[rank]["acc_dtype_mismatch"]
-        assert got.get("error_type") == "InvalidArgumentError", got
-        assert (
-            "label dtype" in got["message"] and "must be the same on every rank" in got["message"]
-        )
+    fragments = ("label dtype", "must be the same on every rank")
+    assert_raised_on(
+        range(world), results, "acc_dtype_mismatch", "InvalidArgumentError", *fragments
+    )
 
 
 def test_defaults_are_distributed_backends() -> None:

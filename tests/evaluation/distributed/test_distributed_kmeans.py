@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _dist_plans import DIMS, KMEANS_COUNTS, blobs
+from _dist_workers import assert_raised_on
 from sklearn.cluster import KMeans
 
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
@@ -56,9 +57,7 @@ def test_sharding_does_not_change_the_clustering(ran, one_rank_group, name: str)
 )
 def test_invalid_arguments_raise_on_every_rank(ran, name: str, fragment: str) -> None:
     world, _, results = ran
-    for rank in range(world):
-        assert results[rank][name].get("error_type") == "InvalidArgumentError"
-        assert fragment in results[rank][name]["message"]
+    assert_raised_on(range(world), results, name, "InvalidArgumentError", fragment)
 
 
 @pytest.mark.parametrize(
@@ -83,22 +82,10 @@ def test_registered_as_a_kmeans_backend() -> None:
     assert isinstance(kmeans, DistributedKMeans) and kmeans.max_iter == 7
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"n_init": 0}, InvalidArgumentError),
-        ({"max_iter": 1.5}, InvalidTypeError),
-        ({"tol": -1.0}, InvalidArgumentError),
-        ({"seed": "1"}, InvalidTypeError),
-        ({"init_size": 0}, InvalidArgumentError),
-        ({"max_points_per_centroid": 0}, InvalidArgumentError),
-        ({"max_points_per_centroid": 2.5}, InvalidTypeError),
-        ({"timeout": -3}, InvalidArgumentError),
-    ],
-)
-def test_invalid_options(options, error) -> None:
-    with pytest.raises(error):
-        DistributedKMeans(**options)
+def test_a_negative_timeout_is_refused() -> None:
+    # the options shared with TorchKMeans: test_invalid_options in clustering/test_kmeans.py
+    with pytest.raises(InvalidArgumentError, match="'timeout' parameter of DistributedKMeans"):
+        DistributedKMeans(timeout=-3)
 
 
 def test_one_rank_matches_scikit_learn_on_blobs(one_rank_group) -> None:

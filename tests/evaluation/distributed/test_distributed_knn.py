@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from _dist_workers import shard
+from _dist_workers import assert_raised_on, shard
 
 from pytorch_metric_learning.distances import CosineSimilarity, LpDistance
 from pytorch_metric_learning.evaluation import CustomKNN
@@ -108,22 +108,17 @@ def test_ranks_outside_the_group_are_not_involved(ran) -> None:
 )
 def test_invalid_arguments_raise_on_every_rank(ran, name: str, fragment: str) -> None:
     world, _, results = ran
-    for rank in range(world):
-        got = results[rank][name]
-        assert got.get("error_type") == "InvalidArgumentError", got
-        assert fragment in got["message"]
+    assert_raised_on(range(world), results, name, "InvalidArgumentError", fragment)
 
 
 @pytest.mark.slow
 def test_a_failing_local_search_fails_every_rank(ran) -> None:
     world, _, results = ran
     assert results[1]["local_failure"]["error_type"] == "RuntimeError"
-    for rank in set(range(world)) - {1}:
-        got = results[rank]["local_failure"]
-        assert got["error_type"] == "DistributedEvaluationError"
-        assert "RuntimeError" in got["error_mro"]
-        assert "rank(s) [1]" in got["message"]
-        assert "injected failure in the local search" in got["message"]
+    others = set(range(world)) - {1}
+    fragments = ("rank(s) [1]", "injected failure in the local search")
+    assert_raised_on(others, results, "local_failure", "DistributedEvaluationError", *fragments)
+    assert all("RuntimeError" in results[rank]["local_failure"]["error_mro"] for rank in others)
 
 
 @pytest.mark.slow

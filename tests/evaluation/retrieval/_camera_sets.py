@@ -1,9 +1,13 @@
-"""A hypothesis strategy for re-identification test sets: identities seen by cameras."""
+"""Re-identification test sets (identities seen by cameras) and their evaluation."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from hypothesis import strategies as st
+
+from pytorch_metric_learning.evaluation.retrieval import AccuracyCalculator
 
 
 @st.composite
@@ -27,3 +31,23 @@ def camera_sets(draw, num_query=(1, 25), num_gallery=(10, 60), identities=(1, 6)
     query_cams = torch.randint(0, cameras, (num_query,), generator=generator)
     gallery_cams = torch.randint(0, cameras, (num_gallery,), generator=generator)
     return query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams)
+
+
+def evaluate_camera_set(data, metrics, k=None, budget=None, **options) -> tuple[Any, Any]:
+    """``(result, calculator)`` of a :func:`camera_sets` set under the re-ID protocol:
+    cameras as groups, label -1 junk, label 0 distractor, per-query results returned."""
+    query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams) = data
+    calculator = AccuracyCalculator(include=metrics, k=k, knn_output_budget=budget)
+    result = calculator.get_accuracy(
+        query,
+        query_ids,
+        gallery,
+        gallery_ids,
+        query_groups=query_cams,
+        reference_groups=gallery_cams,
+        junk_labels=(-1,),
+        distractor_labels=(0,),
+        return_per_query=True,
+        **options,
+    )
+    return result, calculator

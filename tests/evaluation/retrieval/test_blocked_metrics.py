@@ -12,8 +12,6 @@ import json
 import logging
 import math
 import os
-import subprocess
-import sys
 import textwrap
 from unittest import mock
 
@@ -23,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _peak import PEAK_SOURCE, needs_proc
+from _subprocess import run_python
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
 from pytorch_metric_learning.evaluation import CustomKNN
@@ -306,14 +305,7 @@ def test_peak_memory_follows_the_budget_not_the_outputs():
     budget = 16 * 2**20
     env = {**os.environ, "PML_DISABLE_NUMBA": "1", "PML_DISABLE_PROGRESS": "1"}
     script = MEMORY_SCRIPT.replace("BUDGET", str(budget))
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=600,
-    )
+    done = run_python(script, env=env, timeout=600)
     found = json.loads(done.stdout.strip().splitlines()[-1])
     whole_outputs = 20000 * 1999 * 13
     bound = 4 * budget + 3 * 64 * 2**20

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _camera_sets import camera_sets
+from _camera_sets import camera_sets, evaluate_camera_set
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,18 +76,7 @@ def reid_oracle(
 @given(data=camera_sets())
 def test_market1501_protocol_equals_the_plain_oracle(data) -> None:
     query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams) = data
-    calculator = AccuracyCalculator(include=METRICS, k=None)
-    result = calculator.get_accuracy(
-        query,
-        query_ids,
-        gallery,
-        gallery_ids,
-        query_groups=query_cams,
-        reference_groups=gallery_cams,
-        junk_labels=(-1,),
-        distractor_labels=(0,),
-        return_per_query=True,
-    )
+    result, calculator = evaluate_camera_set(data, METRICS)
     cmc, mean_ap, minp, left_out = reid_oracle(
         distance_matrix(query, gallery),
         query_ids.tolist(),

@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from _camera_sets import camera_sets
+from _camera_sets import camera_sets, evaluate_camera_set
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,22 +88,8 @@ def drawn_cmc_loop(kept_ids, relevant, max_rank, draws):
     return cmc / draws
 
 
-def evaluate(data, metrics=CMC_METRICS, k=None, budget=None, **options):
-    query, gallery, (query_ids, gallery_ids), (query_cams, gallery_cams) = data
-    calculator = AccuracyCalculator(include=metrics, k=k, knn_output_budget=budget)
-    result = calculator.get_accuracy(
-        query,
-        query_ids,
-        gallery,
-        gallery_ids,
-        query_groups=query_cams,
-        reference_groups=gallery_cams,
-        junk_labels=(-1,),
-        distractor_labels=(0,),
-        return_per_query=True,
-        **options,
-    )
-    return result, calculator
+def evaluate(data, metrics=CMC_METRICS, **options):
+    return evaluate_camera_set(data, metrics, **options)
 
 
 def assert_cmc(result, curves, tolerance):

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
-import sys
 
 import pytest
 from test_install_hint import expected_hint
 
+from _subprocess import run_python
 from pytorch_metric_learning import evaluation
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.errors import BackendNotInstalledError
@@ -67,7 +66,5 @@ def test_importing_evaluation_imports_no_faiss() -> None:
         "import sys; from pytorch_metric_learning.evaluation import FaissKNN, FaissKMeans; "
         "print('faiss' in sys.modules, 'pytorch_metric_learning_faiss' in sys.modules)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
+    result = run_python(code)
     assert result.stdout.split() == ["False", "False"]

@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from _peak import PEAK_SOURCE, needs_proc
+from _subprocess import run_python
 from pytorch_metric_learning.distances import (
     BaseDistance,
     CosineSimilarity,
@@ -265,14 +266,7 @@ def test_symmetric_equals_one_sided_on_random_float32(small_tiles) -> None:
     assert (self_i == other_i).float().mean() > 0.99  # only float near-ties may swap
 
 
-SCALED = [
-    LpDistance(normalize_embeddings=False, power=2),
-    LpDistance(normalize_embeddings=False),
-    LpDistance(),
-    CosineSimilarity(),
-    DotProductSimilarity(normalize_embeddings=False),
-    SNRDistance(),
-]
+SCALED = [*FAST, SNRDistance()]  # and one distance without a fast path
 
 
 @pytest.mark.parametrize("scale", [1e20, 1e-25, 2.0**100, 1e-30])
@@ -451,17 +445,9 @@ print((peak_bytes() - before) // 1024)
 @needs_proc
 def test_peak_memory_is_linear_in_n() -> None:
     """Peak RSS growth (torch's allocations included) of a search, in fresh processes."""
-    import subprocess
-    import sys
 
     def growth_mib(n, mode):
-        done = subprocess.run(
-            [sys.executable, "-c", _PEAK_SCRIPT, str(n), mode],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
+        done = run_python(_PEAK_SCRIPT, str(n), mode, timeout=300)
         return int(done.stdout.split()[-1]) / 1024
 
     small, large = growth_mib(4_000, "self"), growth_mib(12_000, "self")

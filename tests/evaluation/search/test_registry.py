@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import os
-import subprocess
 import sys
 from importlib.metadata import EntryPoint
 
 import pytest
 import torch
 
+from _subprocess import run_python
 from pytorch_metric_learning import errors
 from pytorch_metric_learning.distances import CosineSimilarity, LpDistance, SNRDistance
 from pytorch_metric_learning.evaluation import (
@@ -247,9 +247,7 @@ def test_importing_evaluation_imports_neither_faiss_nor_sklearn() -> None:
         "e.list_knn_backends()\n"
         "print(sorted(m for m in ('faiss', 'sklearn') if m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
+    out = run_python(code)
     assert out.stdout.strip() == "[]"
 
 
@@ -473,17 +471,7 @@ def test_core_name_claim_warns_in_the_first_run_only(tmp_path) -> None:
         "list_knn_backends()\n"
     )
     env = {**os.environ, "PML_CACHE_DIR": str(tmp_path / "cache")}
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", code],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        for _ in range(2)
-    ]
+    runs = [run_python(code, env=env) for _ in range(2)]
     assert "pml-core-name-thief" in runs[0].stderr
     assert "pml-core-name-thief" not in runs[1].stderr
 

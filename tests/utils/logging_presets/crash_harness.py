@@ -12,14 +12,21 @@ import csv
 import math
 import os
 import sqlite3
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 from hook_fakes import PRIMARY_KEY, ScriptedTester
 
 from pytorch_metric_learning.utils import logging_presets
 
 ITERATIONS_PER_EPOCH = 2
+
+# The suites that fork a training child: it kills itself (SIGKILL) or holds a lock (flock).
+needs_fork = pytest.mark.skipif(
+    sys.platform == "win32" or not hasattr(os, "fork"), reason="needs fork, SIGKILL and flock"
+)
 
 
 def accuracy(epoch: int) -> float:

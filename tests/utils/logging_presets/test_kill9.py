@@ -25,11 +25,10 @@ from crash_harness import (
     assert_recovered,
     die_at_write,
     expected_best,
+    needs_fork,
 )
 
-pytestmark = pytest.mark.skipif(
-    sys.platform == "win32" or not hasattr(os, "fork"), reason="needs fork and SIGKILL"
-)
+pytestmark = needs_fork
 
 KILLED_EPOCHS = 2  # every write event of epochs 1 (a new best) and 2 is a kill point
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,15 +23,12 @@ from crash_harness import (
     assert_recovered,
     assert_state_is_epoch,
     expected_best,
+    needs_fork,
 )
 from hook_fakes import PRIMARY_KEY, folder_snapshot
 
 from pytorch_metric_learning.errors import FileWriteError, FolderInUseError, ResumeError
 from pytorch_metric_learning.utils import logging_presets
-
-needs_fork = pytest.mark.skipif(
-    sys.platform == "win32" or not hasattr(os, "fork"), reason="needs fork and flock"
-)
 
 
 @contextmanager

@@ -12,17 +12,17 @@ in the folder, every set damaged), resuming would lose or mix data, so it stops 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from ...errors import CorruptFileError, ResumeError
 from ..checkpoints import (
     EPOCH_DIGITS,
+    PathLike,
     checkpoint_files,
     read_checkpoints,
     saved_epochs,
@@ -44,7 +44,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, "os.PathLike[str]"]
 _EPOCH = re.compile(r".+_(?:best)?" + EPOCH_DIGITS + r"\.pth")
 OwnsGroup = Callable[[str], bool]
 _FRESH = (
