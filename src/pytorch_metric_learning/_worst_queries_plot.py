@@ -13,7 +13,7 @@ import torch
 
 from ._validation import invalid
 from .errors import InvalidArgumentError, InvalidTypeError
-from .worst_queries import Retrieval, WorstQuery, queries_metric
+from .worst_queries import Retrieval, WorstQuery, queries_metric, worst_queries_value_kind
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -28,6 +28,14 @@ RELEVANT, NOT_RELEVANT, QUERY = "#1a9850", "#d73027", "#4575b4"
 _CELL_INCHES = 1.9
 _LEGEND = "\nblue: query · green: same label (relevant) · red: other label · {symbol}: {kind}"
 _SYMBOLS = {"distance": "d", "similarity": "s"}
+# What the values and ranks are under single_gallery_shot (WorstQuery.value_kind).
+_SINGLE_SHOT = {
+    "single_shot_expected": "expected over single-shot draws",
+    "single_shot_drawn": "mean of {draws} single-shot draws",
+}
+_SINGLE_SHOT_LEGEND = (
+    "\nvalues: chances in [0, 1], not 0/1 outcomes · ranks: among every candidate, before the draw"
+)
 
 
 def plot_worst_queries(
@@ -61,7 +69,10 @@ def plot_worst_queries(
             a metric are captioned ``precision_at_1``, or ``metric`` when given.
         label_names: Names of the integer labels, if they encode strings: one per label
             shown (a shorter list is refused); long names are cut to the tile's width.
-        title: The figure's title (default: the metric).
+        title: The figure's title (default: the metric, and under single-gallery-shot
+            what its values are: "expected over single-shot draws" or "mean of N
+            single-shot draws"; the legend below the title then says that the values are
+            chances and the ranks count every candidate, whatever the title).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -93,8 +104,15 @@ def plot_worst_queries(
     _space_frames_apart(figure)
     name = metric_label(metric)
     kind = _kind(worst)
+    value_kind, draws = worst_queries_value_kind(worst, OWNER)
     legend = _LEGEND.format(symbol=_SYMBOLS[kind], kind=kind)
-    figure.suptitle((title or _title(len(worst), name)) + legend, fontsize=12)
+    values = _SINGLE_SHOT.get(value_kind)
+    if values is not None:
+        legend += _SINGLE_SHOT_LEGEND
+    default_title = _title(len(worst), name)
+    if values is not None:
+        default_title += f" ({values.format(draws=draws)})"
+    figure.suptitle((title or default_title) + legend, fontsize=12)
     for row, item in enumerate(worst):
         label = _label(item.label, label_names)
         caption = f"query {item.index} · {name} {item.value:.2f}\nlabel {label}"

@@ -12,8 +12,9 @@ linear in the size of the reference.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -23,6 +24,8 @@ import torch
 from ._validation import check_embeddings, check_plain_tensor, float_if_integer, invalid
 from .errors import InvalidArgumentError, InvalidTypeError
 from .evaluation.retrieval._metric_names import per_query_function
+from .evaluation.retrieval._per_query import PerQueryValues
+from .evaluation.retrieval._single_shot import single_shot_rank
 from .evaluation.retrieval.accuracy_calculator import AccuracyCalculator, CandidateRanking
 from .evaluation.search.protocols import knn_is_inverted
 from .evaluation.search.registry import Spec
@@ -30,10 +33,14 @@ from .evaluation.search.registry import Spec
 __all__ = [
     "PROTOCOL_ARGUMENTS",
     "Retrieval",
+    "VALUE_KINDS",
     "WorstQuery",
     "find_worst_queries",
     "worst_queries_header",
+    "worst_queries_note",
     "worst_queries_rows",
+    "worst_queries_value_kind",
+    "worst_queries_value_name",
 ]
 
 OWNER = "find_worst_queries"
@@ -47,6 +54,14 @@ TABLE_HEADER = [
     "distance",
     "relevant",
 ]
+
+# What a worst query's ``value`` is: the metric's own per-query value ("per_query": for
+# recall_at_K and precision_at_1 a 0/1 outcome); under single_gallery_shot, for those two,
+# the exact expectation over the random single-shot draws ("single_shot_expected") or the
+# mean over ``single_gallery_shot_draws`` random draws ("single_shot_drawn"): a chance in
+# [0, 1], not an outcome, so a relevant item at rank 1 may still have a value below 1.
+VALUE_KINDS = ("per_query", "single_shot_expected", "single_shot_drawn")
+SINGLE_SHOT_RANK = "rank (all candidates)"
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,14 @@ class WorstQuery:
         distance_kind: ``"distance"`` (smaller is nearer) or ``"similarity"`` (larger is
             nearer: a backend with an inverted distance, e.g. cosine similarity), the name
             of the ``distance`` of the retrievals in the table, the JSON and the picture.
+        value_kind: What ``value`` is (:data:`VALUE_KINDS`): ``"per_query"``, or under
+            ``single_gallery_shot`` (``recall_at_K``, ``precision_at_1``)
+            ``"single_shot_expected"`` (the exact expectation over the draws) or
+            ``"single_shot_drawn"`` (the mean over ``single_shot_draws`` random draws).
+            Then ``retrievals`` and ``nearest_relevant`` rank *every* candidate (the
+            ranking the draws choose one item per identity from).
+        single_shot_draws: The random draws per query behind a ``"single_shot_drawn"``
+            value, else None.
     """
 
     index: int
@@ -95,6 +118,8 @@ class WorstQuery:
     metric: str | None = None
     k: int | None = None
     distance_kind: str = "distance"
+    value_kind: str = "per_query"
+    single_shot_draws: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +136,7 @@ def find_worst_queries(
     num_queries: int = 10,
     k: int = 5,
     knn_func: Spec | None = None,
+    per_query: PerQueryValues | None = None,
     **protocol: Any,
 ) -> list[WorstQuery]:
     """The ``num_queries`` queries with the lowest value of ``metric``, worst first.
@@ -123,8 +149,10 @@ def find_worst_queries(
     a protocol (``query_groups``/``reference_groups``, ``junk_labels``, ``excluded_pairs``,
     ``is_query``/``is_reference``) the references that are not candidates are never shown,
     ranks count candidates only, and a distractor is never relevant. Under
-    ``single_gallery_shot`` the value is the single-shot one and the ranking shown is that
-    of every candidate, which the single-shot draws choose from.
+    ``single_gallery_shot`` the value of ``recall_at_K`` and ``precision_at_1`` is the
+    single-shot one, a chance in [0, 1] (the exact expectation over the draws, or the mean
+    over ``single_gallery_shot_draws`` draws; ``value_kind`` says which), and the ranking
+    shown is that of every candidate, which the single-shot draws choose from.
 
     Args:
         query, query_labels, reference, reference_labels, ref_includes_query: As for
@@ -134,6 +162,13 @@ def find_worst_queries(
         num_queries: How many queries to return, at most.
         k: Retrievals to show per query.
         knn_func: The k-NN backend spec (default: the calculator's exact search).
+        per_query: The ``"per_query"`` that ``get_accuracy(..., return_per_query=True)``
+            already returned for these inputs and protocol, to rank the queries by instead
+            of computing the values again (the search for the rankings shown still runs).
+            It must hold ``metric`` and come from a calculator with ``k=None`` and this
+            ``knn_func``, as the values this function computes itself do; ``pml-eval
+            evaluate --show-worst`` passes it so that the metrics are computed (and
+            warn) once.
         **protocol: The protocol arguments of :meth:`AccuracyCalculator.get_accuracy`
             (``query_groups``, ``reference_groups``, ``junk_labels``,
             ``distractor_labels``, ``excluded_pairs``, ``is_query``, ``is_reference``,
@@ -157,31 +192,82 @@ def find_worst_queries(
         reference_labels = _labels(reference_labels, "reference_labels", reference)
     calculator = AccuracyCalculator(include=(metric,), knn_func=knn_func)
     inputs = (query, query_labels, reference, reference_labels, ref_includes_query)
-    try:
-        results = calculator.get_accuracy(*inputs, return_per_query=True, **protocol)
-    except (InvalidArgumentError, InvalidTypeError) as error:  # the arguments were ours
-        error.args = (str(error).replace("AccuracyCalculator.get_accuracy", "find_worst_queries"),)
-        raise
-    per_query = results["per_query"]
-    values = per_query.values[metric].cpu()
+    if per_query is None:
+        with _named_as_ours():
+            results = calculator.get_accuracy(*inputs, return_per_query=True, **protocol)
+        per_query = results["per_query"]
+    values = _given_values(per_query, metric, len(query)).cpu()
     order = torch.sort(values, stable=True).indices[:num_queries]
     rows = per_query.query_indices.cpu()[order]
     rankings = []
     if len(rows):
-        with warnings.catch_warnings():  # the same inputs: get_accuracy has warned already
+        # the same inputs: get_accuracy has warned already
+        with warnings.catch_warnings(), _named_as_ours():
             warnings.simplefilter("ignore")
             rankings = calculator.rank_candidates(rows, *inputs, **protocol)
     all_labels = query_labels if reference_labels is None else reference_labels
     kind = _distance_kind(calculator.knn_func)
+    value_kind, draws = _value_kind(metric, protocol)
     return [
         replace(
             _worst_query(float(value), query_labels, all_labels, ranking, k),
             metric=metric,
             k=k,
             distance_kind=kind,
+            value_kind=value_kind,
+            single_shot_draws=draws,
         )
         for value, ranking in zip(values[order].tolist(), rankings)
     ]
+
+
+@contextlib.contextmanager
+def _named_as_ours() -> Iterator[None]:
+    """Refusals of the calculator's checks name find_worst_queries (the arguments were
+    ours)."""
+    try:
+        yield
+    except (InvalidArgumentError, InvalidTypeError) as error:
+        error.args = (str(error).replace("AccuracyCalculator.get_accuracy", OWNER),)
+        raise
+
+
+def _given_values(per_query: Any, metric: str, num_query: int) -> torch.Tensor:
+    """``per_query.values[metric]``, checked: a :class:`PerQueryValues` holding ``metric``
+    for query indices of this query."""
+    if not isinstance(per_query, PerQueryValues):
+        raise invalid(
+            "per_query",
+            OWNER,
+            "None or the PerQueryValues of get_accuracy(..., return_per_query=True)",
+            type(per_query).__name__,
+            InvalidTypeError,
+        )
+    if metric not in per_query.values:
+        raise invalid(
+            "per_query",
+            OWNER,
+            f"per-query values of the metric {metric!r}",
+            f"values of {sorted(per_query.values)}",
+        )
+    values, indices = per_query.values[metric], per_query.query_indices
+    last = int(indices.max()) if len(indices) else -1
+    if len(values) != len(indices) or last >= num_query:
+        raise invalid(
+            "per_query",
+            OWNER,
+            f"one value per query index, indices below the {num_query} queries",
+            f"{len(values)} values for {len(indices)} query indices up to {last}",
+        )
+    return values
+
+
+def _value_kind(metric: str, protocol: dict[str, Any]) -> tuple[str, int | None]:
+    """What the values of ``metric`` are under ``protocol`` (checked by get_accuracy)."""
+    if not protocol.get("single_gallery_shot") or single_shot_rank(metric) is None:
+        return "per_query", None
+    draws = protocol.get("single_gallery_shot_draws")
+    return ("single_shot_expected", None) if draws is None else ("single_shot_drawn", int(draws))
 
 
 # The keyword arguments of get_accuracy that change which references are candidates.
@@ -283,21 +369,96 @@ def _worst_query(
 
 
 def worst_queries_header(worst: Sequence[WorstQuery]) -> list[str]:
-    """:data:`TABLE_HEADER` with the metric's name for ``"metric value"`` and the kind of
-    the distances (``"distance"`` or ``"similarity"``) for ``"distance"``, as the queries
-    carry them.
+    """:data:`TABLE_HEADER` named for these queries: the metric's name for ``"metric
+    value"`` (with what the values are under single-gallery-shot, see
+    :func:`worst_queries_value_name`), the kind of the distances (``"distance"`` or
+    ``"similarity"``) for ``"distance"``, and under single-gallery-shot ``"rank (all
+    candidates)"`` for ``"rank"`` (the ranking the draws choose from, not a drawn one).
 
     Example:
         >>> query = torch.tensor([[0.0], [2.0], [3.0], [8.0]])
         >>> worst = find_worst_queries(query, torch.tensor([0, 0, 1, 1]), num_queries=1, k=1)
         >>> worst_queries_header(worst)[2:]
         ['precision_at_1', 'rank', 'reference', 'label', 'distance', 'relevant']
+        >>> single = find_worst_queries(
+        ...     query, torch.tensor([0, 0, 1, 1]), num_queries=1, k=1, single_gallery_shot=True)
+        >>> worst_queries_header(single)[2:4]
+        ['precision_at_1 (expected over single-shot draws)', 'rank (all candidates)']
     """
-    metric = queries_metric(worst, None)
     kinds = {item.distance_kind for item in worst}
     kind = kinds.pop() if len(kinds) == 1 else "distance"
-    names = {"metric value": metric or "metric value", "distance": kind}
+    single_shot = worst_queries_value_kind(worst)[0] != "per_query"
+    names = {
+        "metric value": worst_queries_value_name(worst),
+        "distance": kind,
+        "rank": SINGLE_SHOT_RANK if single_shot else "rank",
+    }
     return [names.get(name, name) for name in TABLE_HEADER]
+
+
+def worst_queries_value_kind(
+    worst: Sequence[WorstQuery], owner: str = OWNER
+) -> tuple[str, int | None]:
+    """``(value_kind, single_shot_draws)`` the queries share (:data:`VALUE_KINDS`).
+
+    Raises:
+        InvalidArgumentError: the queries carry values of different kinds.
+    """
+    kinds = {(item.value_kind, item.single_shot_draws) for item in worst}
+    if len(kinds) > 1:
+        raise InvalidArgumentError(
+            f"The 'worst' parameter of {owner} mixes queries whose values are of different "
+            f"kinds ({sorted(kinds, key=str)}); draw or tabulate one ranking at a time."
+        )
+    return kinds.pop() if kinds else ("per_query", None)
+
+
+def worst_queries_value_name(worst: Sequence[WorstQuery], metric: str | None = None) -> str:
+    """The name of the queries' values: their metric, and under single-gallery-shot what
+    the values are (``"recall_at_1 (expected over single-shot draws)"``, or ``"... (mean
+    of 10 single-shot draws)"`` with ``single_gallery_shot_draws=10``).
+
+    Example:
+        >>> query = torch.tensor([[0.0], [2.0], [3.0], [8.0]])
+        >>> labels = torch.tensor([0, 0, 1, 1])
+        >>> worst_queries_value_name(find_worst_queries(query, labels, num_queries=1))
+        'precision_at_1'
+        >>> drawn = find_worst_queries(
+        ...     query, labels, num_queries=1, single_gallery_shot=True, single_gallery_shot_draws=10)
+        >>> worst_queries_value_name(drawn)
+        'precision_at_1 (mean of 10 single-shot draws)'
+    """
+    name = queries_metric(worst, metric) or "metric value"
+    kind, draws = worst_queries_value_kind(worst)
+    if kind == "single_shot_expected":
+        return f"{name} (expected over single-shot draws)"
+    if kind == "single_shot_drawn":
+        return f"{name} (mean of {draws} single-shot draws)"
+    return name
+
+
+def worst_queries_note(worst: Sequence[WorstQuery]) -> str | None:
+    """What a reader of the single-gallery-shot table (or picture) can check, or None for
+    plain values.
+
+    Example:
+        >>> query = torch.tensor([[0.0], [2.0], [3.0], [8.0]])
+        >>> worst_queries_note(find_worst_queries(query, torch.tensor([0, 0, 1, 1])))
+    """
+    kind, draws = worst_queries_value_kind(worst)
+    if kind == "per_query":
+        return None
+    value = (
+        "the exact expectation over the random draws"
+        if kind == "single_shot_expected"
+        else f"the mean over {draws} random draws"
+    )
+    return (
+        f"Single gallery shot: each value is {value} of one candidate per identity, a "
+        "number in [0, 1], not a 0/1 outcome; ranks and relevance are those of every "
+        "candidate, before any draw (a relevant item at rank 1 can still lose rank 1 "
+        "when its identity's drawn item is a farther one)."
+    )
 
 
 def queries_metric(

@@ -276,5 +276,6 @@ def test_worst_queries_when_every_query_is_left_out(cli, tmp_path):
     record = json.loads(out.read_text())["worst_queries"]
     assert record == {
         "metric": "precision_at_1", "k": 5, "distance_kind": record["distance_kind"],
-        "queries": [],
+        "value_kind": None, "value_name": "precision_at_1", "single_shot_draws": None,
+        "rank": "rank", "note": None, "queries": [],
     }  # fmt: skip

@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from .._worst_queries_plot import plot_worst_queries
+from ..evaluation.retrieval import PerQueryValues
 from ..worst_queries import (
     WorstQuery,
     find_worst_queries,
+    queries_metric,
     worst_queries_header,
+    worst_queries_note,
     worst_queries_rows,
+    worst_queries_value_kind,
 )
 from ._output import format_table, say_written
 from .loaders import CATEGORIES, InputFileError, read_label_like
@@ -28,6 +32,7 @@ __all__ = [
     "category_counts",
     "CategoryCounts",
     "read_image_paths",
+    "reusable_per_query",
     "worst_queries",
     "render_worst",
     "worst_record",
@@ -125,9 +130,36 @@ def read_image_paths(source: str, num_rows: int, option: str) -> list[Path]:
     return [Path(path) if os.path.isabs(path) else folder / path for path in paths]
 
 
-def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[WorstQuery]:
+def reusable_per_query(calculator: Any, per_query: Any, metric: str) -> PerQueryValues | None:
+    """The per-query values of ``evaluate``'s one ``get_accuracy`` call when they are those
+    ``find_worst_queries`` would compute for ``metric`` (the metric among them, ``k=None``,
+    the inputs' device: the CPU), so the metrics are computed, and warn, once; else None.
+
+    Example:
+        >>> import torch
+        >>> from pytorch_metric_learning.evaluation import AccuracyCalculator
+        >>> calculator = AccuracyCalculator(include=("precision_at_1",))
+        >>> x, y = torch.tensor([[0.0], [1.0], [5.0], [6.0]]), torch.tensor([0, 0, 1, 1])
+        >>> found = calculator.get_accuracy(x, y, return_per_query=True)["per_query"]
+        >>> reusable_per_query(calculator, found, "precision_at_1") is found
+        True
+        >>> reusable_per_query(calculator, found, "recall_at_2") is None
+        True
+    """
+    if not isinstance(per_query, PerQueryValues) or metric not in per_query.values:
+        return None
+    device = getattr(calculator, "device", None)
+    if getattr(calculator, "k", None) is not None or (device is not None and device.type != "cpu"):
+        return None
+    return per_query
+
+
+def worst_queries(
+    args: argparse.Namespace, inputs: Any, knn_func: Any, per_query: PerQueryValues | None = None
+) -> list[WorstQuery]:
     """The ``--show-worst`` queries of what ``evaluate`` read, under the protocol the
-    metrics used (groups, single-gallery-shot): the same candidates."""
+    metrics used (groups, single-gallery-shot): the same candidates. ``per_query``: the
+    values of the metrics' own call, when :func:`reusable_per_query` found them usable."""
     return find_worst_queries(
         inputs.query,
         inputs.query_labels,
@@ -138,6 +170,7 @@ def worst_queries(args: argparse.Namespace, inputs: Any, knn_func: Any) -> list[
         num_queries=args.show_worst,
         k=args.worst_k,
         knn_func=knn_func,
+        per_query=per_query,
         **inputs.protocol(),
     )
 
@@ -158,13 +191,13 @@ def render_worst(worst: list[WorstQuery], metric: str, names: list[Any] | None) 
         row[6] = f"{row[6]:.4f}"
         row[7] = "yes" if row[7] else "no"
         rows.append(row)
-    metric = header[2]
     shown = "worst query" if len(worst) == 1 else f"{len(worst)} worst queries"
     title = (
-        f"The {shown} by {metric} (top retrievals, then the nearest relevant item when it "
-        "is further down)"
+        f"The {shown} by {header[2]}: top retrievals, then the nearest relevant item when "
+        "it is further down"
     )
-    return title + "\n" + format_table(header, rows)
+    note = worst_queries_note(worst)
+    return title + "\n" + format_table(header, rows) + ("" if note is None else "\n\n" + note)
 
 
 def worst_record(
@@ -172,7 +205,10 @@ def worst_record(
 ) -> dict[str, Any]:
     """The worst queries for the JSON output, labels as names when the files had names;
     with the metric, ``k`` and the kind of the distances (``"distance"`` or
-    ``"similarity"``) they were found with."""
+    ``"similarity"``) they were found with, and what the values are: ``"value_kind"``
+    (``"per_query"``, or under ``--single-gallery-shot`` ``"single_shot_expected"``),
+    ``"value_name"`` (the table's column, e.g. ``"recall_at_1 (expected over single-shot
+    draws)"``) and ``"rank"`` (what the ranks count)."""
     queries = []
     for item in worst:
         found = item.as_dict()
@@ -181,10 +217,16 @@ def worst_record(
             retrieval["label"] = _named(retrieval["label"], names)
         queries.append(found)
     header = worst_queries_header(worst)
+    value_kind, draws = worst_queries_value_kind(worst) if worst else (None, None)
     return {
-        "metric": header[2] if worst else metric,
+        "metric": queries_metric(worst, None) or metric,
         "k": worst[0].k if worst else k,
         "distance_kind": header[6],
+        "value_kind": value_kind,
+        "value_name": header[2] if worst else metric,
+        "single_shot_draws": draws,
+        "rank": header[3],
+        "note": worst_queries_note(worst),
         "queries": queries,
     }
 

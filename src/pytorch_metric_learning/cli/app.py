@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     args_list = list(sys.argv[1:] if argv is None else argv)
     with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
+        warnings.showwarning = _WarningPrinter()
         try:
             args = build_parser(_chosen_command(args_list)).parse_args(args_list)
         except UsageError as error:
@@ -181,16 +181,46 @@ def _fail(message: str, code: int, stream: TextIO | None = None) -> int:
     return code
 
 
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: TextIO | None = None,
-    line: str | None = None,
-) -> None:
-    text = " ".join(str(message).split())
-    print(f"{PROG}: warning: {text}", file=file or sys.stderr)
+class _WarningPrinter:
+    """``warnings.showwarning`` for one command: each distinct warning printed once, as
+    ``pml-eval: warning: ...`` (a command that computes twice, e.g. the metrics and then
+    the worst queries, says a thing once)."""
+
+    def __init__(self) -> None:
+        self.shown: set[str] = set()
+
+    def __call__(
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        text = " ".join(str(message).split())
+        if text in self.shown:
+            return
+        self.shown.add(text)
+        print(f"{PROG}: warning: {text}", file=file or sys.stderr)
+
+
+class _OncePerCommand(logging.Filter):
+    """Lets each distinct warning or error of the library's log through once per command;
+    info and debug messages (``-v``) all pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.levelno, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
 
 
 @contextlib.contextmanager
@@ -199,6 +229,7 @@ def _logging_to_stderr(verbose: int) -> Iterator[None]:
     logger = logging.getLogger("pytorch_metric_learning")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+    handler.addFilter(_OncePerCommand())
     previous = logger.level
     logger.addHandler(handler)
     logger.setLevel(_LEVELS[min(verbose, len(_LEVELS) - 1)])

@@ -26,6 +26,7 @@ from ._breakdowns import (
     read_worst_images,
     render_categories,
     render_worst,
+    reusable_per_query,
     worst_queries,
     worst_record,
 )
@@ -308,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
                 calculator,
                 inputs,
                 args.ref_includes_query,
-                args.ci is not None or inputs.query_categories is not None,
+                args.ci is not None or inputs.query_categories is not None or bool(args.show_worst),
             )
     finally:
         calculator_logger.removeFilter(small_k)
@@ -327,7 +328,8 @@ def run(args: argparse.Namespace) -> int:
     if args.show_worst:
         with warnings.catch_warnings():  # said once, in the options' terms, when read
             warnings.filterwarnings("ignore", message=_LIBRARY_NO_SHARED_GROUP)
-            worst = worst_queries(args, inputs, calculator.knn_func)
+            reused = reusable_per_query(calculator, per_query, args.worst_metric)
+            worst = worst_queries(args, inputs, calculator.knn_func, reused)
     if args.output != "-":
         print(_describe_search(inputs, args))
         print(_render(metrics, inputs, args.ref_includes_query, intervals, args.ci, small_k.names))

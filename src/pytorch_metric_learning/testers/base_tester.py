@@ -163,6 +163,7 @@ class BaseTester:
         self.single_gallery_shot, self.single_gallery_shot_draws = _check_single_shot(
             single_gallery_shot, single_gallery_shot_draws, self.distributed, owner
         )
+        self._check_protocol_allowed()
         # a defaultdict(dict), as in 2.x: code may write all_accuracies[split][key] = value
         self.all_accuracies: dict[str, dict[str, Any]] = defaultdict(dict)
 
@@ -212,6 +213,7 @@ class BaseTester:
             splits_to_eval, _check_dataset_dict(dataset_dict), self._owner
         )
         self._check_plan(plan)
+        self._check_protocol_allowed()  # the calculator may have been replaced since
         logger.info("Evaluating epoch %s", epoch)
         embedder = _identity if embedder_model is None else embedder_model
         self.embeddings_and_labels = self._embed_splits(
@@ -508,6 +510,23 @@ class BaseTester:
         return torch.nn.functional.normalize(embeddings, p=2, dim=1)
 
     # ------------------------------------------------------------------ scoring
+
+    def _protocol_arguments(self) -> list[str]:
+        """The protocol options this tester was built with (those passed to get_accuracy)."""
+        given = ["split_groups"] if self.split_groups is not None else []
+        if self.single_gallery_shot:
+            given.append("single_gallery_shot")
+        if self.single_gallery_shot_draws is not None:
+            given.append("single_gallery_shot_draws")
+        return given
+
+    def _check_protocol_allowed(self) -> None:
+        """Refuse the protocol options the calculator cannot score with (a custom
+        ``label_comparison_fn``), by the calculator's own check, before any embedding."""
+        check = getattr(self.accuracy_calculator, "check_protocol_allowed", None)
+        given = self._protocol_arguments()
+        if given and callable(check):
+            check(given, self._owner)
 
     def _check_plan(self, plan: list[tuple[str, tuple[str, ...]]]) -> None:
         """Refuse query/reference combinations this tester cannot evaluate."""

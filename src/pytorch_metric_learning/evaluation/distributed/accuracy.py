@@ -191,7 +191,7 @@ class DistributedAccuracyCalculator(AccuracyCalculator):
             arg.excluded_pairs,
         )
         if options.active:
-            self._check_protocol_allowed(options.given())
+            self.check_protocol_allowed(options.given())
         functions = self._functions_for_call(arg.include, arg.exclude)
         self._check_builtin(list(functions))
         comm = resolve_comm(self.group, self.timeout, _device_of(query, self.device))

@@ -705,7 +705,7 @@ class AccuracyCalculator:
         single_shot = single_shot_option(*single_shot_arguments)
         if not (roles or options.active or single_shot is not None):
             return _Call(tensors[:4], tensors[4])
-        self._check_protocol_allowed(_given_protocol_arguments(options, roles, single_shot))
+        self.check_protocol_allowed(_given_protocol_arguments(options, roles, single_shot))
         check_no_overlap(options)
         found = _protocol_inputs(tensors, options, flags if roles else None)
         # the self matches are a rule of the protocol: ref_includes_query becomes False
@@ -1030,12 +1030,24 @@ class AccuracyCalculator:
             self.knn_func, query, k, reference, protocol.exclusion, caller=OWNER
         )
 
-    def _check_protocol_allowed(self, given: list[str]) -> None:
-        """The protocol's arguments (named in ``given``) need plain label equality."""
-        if self._custom_comparison is not None:
+    def check_protocol_allowed(
+        self, given: Sequence[str], caller: str = f"{OWNER}.get_accuracy"
+    ) -> None:
+        """Refuse the protocol's arguments (named in ``given``, as ``caller`` takes them)
+        when this calculator compares labels with a custom ``label_comparison_fn``: the
+        protocol needs plain label equality. Testers call it when they are built, so the
+        refusal comes before any embedding is computed.
+
+        Raises:
+            ValueError: (also a ``NotImplementedError``, as 2.x raised) naming both.
+
+        Example:
+            >>> AccuracyCalculator().check_protocol_allowed(["query_groups"])  # equality
+        """
+        if given and self._custom_comparison is not None:
             raise _UnsupportedCombinationError(
                 f"The {', '.join(repr(name) for name in given)} parameter(s) of "
-                "AccuracyCalculator.get_accuracy need plain label equality; they cannot be "
+                f"{caller} need plain label equality; they cannot be "
                 "used with the custom 'label_comparison_fn' of AccuracyCalculator (the groups, "
                 "junk/distractor labels, excluded pairs, roles and single-gallery-shot mode "
                 "all compare labels for equality)."
