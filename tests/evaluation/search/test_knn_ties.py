@@ -160,3 +160,40 @@ def test_order_ties_only_touches_tied_rows() -> None:
     indices = torch.tensor([[5, 2, 0], [9, 1, 4]])
     _, ordered = order_ties(distances, indices, largest=False)
     assert ordered.tolist() == [[2, 5, 0], [9, 1, 4]]
+
+
+class RecordingEuclidean(LpDistance):
+    """The fast squared Euclidean distance, recording the blocks ``powered_mat`` computes
+    (only the recomputation of rows tied at the k-th place calls it on this path)."""
+
+    def __init__(self) -> None:
+        super().__init__(normalize_embeddings=False, power=2)
+        self.blocks: list[tuple[int, int]] = []
+
+    def powered_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        self.blocks.append((len(query), len(ref)))
+        return super().powered_mat(query, ref)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("separate", [True, False])
+def test_rows_tied_at_the_kth_place_are_recomputed_a_block_of_references_at_a_time(
+    path, separate
+) -> None:
+    """The recomputation never holds a distance temporary of the whole reference (a
+    million-row gallery's squared copy was 512 MB): its blocks stay within the tile budget,
+    and the result is still the first k by (distance, index)."""
+    if path == "compiled" and not _compiled_topk.installed():
+        pytest.skip("numba is not installed")
+    points = torch.arange(40.0).repeat_interleave(3).unsqueeze(1)  # every value three times
+    query = points[::7] + 0.5 if separate else points  # each query equally near two values
+    distance = RecordingEuclidean()
+    tile_bytes = 8 * 4  # blocks of 8 one-dimensional float32 references
+    with pytest.MonkeyPatch.context() as patch:
+        _force(patch, path, tile_bytes)
+        _, indices = CustomKNN(distance)(query, 4, points if separate else None)
+    assert distance.blocks, "no row was tied at the k-th place"
+    assert max(ref_rows for _, ref_rows in distance.blocks) <= 8
+    assert sum(ref_rows for _, ref_rows in distance.blocks) % len(points) == 0  # whole rows
+    expected = oracle(query.double().numpy(), points.double().numpy(), EXACT[0], 4, False)
+    np.testing.assert_array_equal(indices.numpy(), expected)

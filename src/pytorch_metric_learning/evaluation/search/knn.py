@@ -73,6 +73,10 @@ COMPILED_LOAD_PAIRS = 2**29
 LARGE_K = 100
 # Candidates merged at a time by _merge_first_k (2**20: 12 MiB of them and their order).
 MERGE_ELEMENTS = 2**20
+# Bytes per distance that recomputing whole rows for ties at the k-th place holds (the
+# distances, and the masks, counts and keys of first_k_of_rows): rows are recomputed
+# TILE_BYTES / (EXACT_ROW_BYTES x references) at a time.
+EXACT_ROW_BYTES = 24
 # Side of the square tiles of the compiled search.
 COMPILED_TILE = 2048
 
@@ -236,17 +240,31 @@ class CustomKNN:
         worst = -torch.inf if self.distance.is_inverted else torch.inf
         reference = scaled.query if same else scaled.reference
         found = []
-        step = self._rows(len(reference), reference.element_size())
+        step = self._rows(len(reference), EXACT_ROW_BYTES)
         for start in range(0, len(rows), step):
             block = rows[start : start + step]
-            query, ref, _ = self.distance.prepare(scaled.query[block], reference)
-            values = self.distance.powered_mat(query, ref)
+            values = self._whole_rows(scaled.query[block], reference)
             if skip_self:  # a query is never its own neighbour
                 values[torch.arange(len(block), device=values.device), block] = worst
             if exclusion is not None:
                 exclusion.fill(values, block, worst)
             found.append(first_k_of_rows(values, k, self.distance.is_inverted))
         return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found])
+
+    def _whole_rows(self, query: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+        """The distances of the ``query`` rows to every reference row, computed a block of
+        reference rows at a time (the distance's temporaries, such as squared norms or a
+        normalized copy, are then one block's, not the whole reference's)."""
+        step = max(1, TILE_BYTES // max(1, reference.shape[1] * reference.element_size()))
+        values: torch.Tensor | None = None
+        for start in range(0, len(reference), step):
+            prepared, block, _ = self.distance.prepare(query, reference[start : start + step])
+            part = self.distance.powered_mat(prepared, block)
+            if values is None:
+                values = part.new_empty((len(query), len(reference)))
+            values[:, start : start + len(block)] = part
+        assert values is not None  # a checked reference has rows
+        return values
 
     def _search(
         self,
