@@ -1,9 +1,12 @@
 """Exact search over square tiles with compiled running top-k and a sampled first bound.
 
-The reference rows are reordered (:func:`sample_first`) so that the first tile column is
-an evenly spaced sample of them. The first tile of each row block is therefore the
-row's scores against that sample, which set the row's first bound before any candidate
-is kept, at no cost beyond the tile itself: if the k-th smallest of the row's n scores
+A self-search reorders the reference rows (:func:`sample_first`) so that the first tile
+column is an evenly spaced sample of them. The first tile of each row block is therefore
+the row's scores against that sample, which set the row's first bound before any candidate
+is kept, at no cost beyond the tile itself. A separate search reads the reference where it
+lies (no reordered copy) and scores each row block against the sample apart, a
+``side``-column product that sets the bounds and offers no candidates
+(:class:`Sample`). Either way, if the k-th smallest of the row's n scores
 were spread like the sample, about ``k m / n`` of the m sampled scores would lie below
 it, and the bound is the sampled score of rank ``k m / n + SPREAD * sqrt(k m / n) + 1``,
 so that with high probability at least k scores of the row lie below it. The sweep then
