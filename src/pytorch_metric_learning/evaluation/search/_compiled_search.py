@@ -353,7 +353,7 @@ def _alone_on_threads(walk: _Walk, work: Callable[[int], None], parts: int) -> N
     """
 
     def alone(part: int) -> None:
-        with _one_torch_thread():
+        with _one_torch_thread(), torch.no_grad():  # grad mode is per thread
             work(part)
 
     threads = walk.state.threads

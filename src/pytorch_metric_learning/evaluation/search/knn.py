@@ -150,6 +150,10 @@ class CustomKNN:
         """
         same = reference is None or reference is query
         query, reference = check_search_inputs(query, reference, "CustomKNN")
+        # no autograd graph: grad mode is per thread, and the walk's tiles run on pool
+        # threads too, where an input that requires grad would be tracked (or refused)
+        query = query.detach()
+        reference = query if same else reference.detach()
         search_k = check_search_k(k, len(reference), ref_includes_query, "CustomKNN")
         if exclusion is not None:
             exclusion = _checked_exclusion(exclusion, len(query), len(reference))
