@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._validation import check_embeddings, check_plain_tensor, float_if_integer, invalid
+from ._validation import (
+    check_embeddings,
+    check_plain_tensor,
+    check_positive_int,
+    float_if_integer,
+    invalid,
+)
 from .errors import InvalidArgumentError, InvalidTypeError
 from .evaluation.retrieval._metric_names import per_query_function
 from .evaluation.retrieval._per_query import PerQueryValues
@@ -36,6 +42,8 @@ __all__ = [
     "VALUE_KINDS",
     "WorstQuery",
     "find_worst_queries",
+    "one_draw",
+    "single_shot_phrase",
     "worst_queries_header",
     "worst_queries_note",
     "worst_queries_rows",
@@ -182,7 +190,7 @@ def find_worst_queries(
         >>> [(w.index, w.retrievals[0].index, w.nearest_relevant.rank) for w in worst]
         [(1, 2, 2), (2, 1, 3)]
     """
-    _check_options(metric, num_queries, k)
+    num_queries, k = _check_options(metric, num_queries, k)
     _check_protocol_names(protocol)
     query = _embeddings(query, "query")
     query_labels = _labels(query_labels, "query_labels", query)
@@ -322,7 +330,9 @@ def _distance_kind(knn_func: Any) -> str:
     return "similarity" if knn_is_inverted(knn_func) else "distance"
 
 
-def _check_options(metric: Any, num_queries: Any, k: Any) -> None:
+def _check_options(metric: Any, num_queries: Any, k: Any) -> tuple[int, int]:
+    """``(num_queries, k)`` as ints, checked by the library's one integer check (NumPy
+    integers pass, as everywhere else; bools, floats and tensors do not)."""
     if not isinstance(metric, str) or per_query_function(metric) is None:
         raise invalid(
             "metric",
@@ -330,9 +340,7 @@ def _check_options(metric: Any, num_queries: Any, k: Any) -> None:
             "a k-NN metric with per-query values, e.g. 'precision_at_1'",
             metric,
         )
-    for param, value in (("num_queries", num_queries), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise invalid(param, OWNER, "a positive int", value)
+    return check_positive_int(num_queries, "num_queries", OWNER), check_positive_int(k, "k", OWNER)
 
 
 def _worst_query(
@@ -430,11 +438,28 @@ def worst_queries_value_name(worst: Sequence[WorstQuery], metric: str | None = N
     """
     name = queries_metric(worst, metric) or "metric value"
     kind, draws = worst_queries_value_kind(worst)
+    what = single_shot_phrase(kind, draws)
+    return name if what is None else f"{name} ({what})"
+
+
+def single_shot_phrase(kind: str, draws: int | None) -> str | None:
+    """What values of ``kind`` (:data:`VALUE_KINDS`) are, for a column or a title: None
+    for plain per-query values; one draw is named in the singular (its values are 0/1).
+
+    Example:
+        >>> [single_shot_phrase("single_shot_drawn", n) for n in (1, 3)]
+        ['one single-shot draw', 'mean of 3 single-shot draws']
+    """
     if kind == "single_shot_expected":
-        return f"{name} (expected over single-shot draws)"
+        return "expected over single-shot draws"
     if kind == "single_shot_drawn":
-        return f"{name} (mean of {draws} single-shot draws)"
-    return name
+        return "one single-shot draw" if draws == 1 else f"mean of {draws} single-shot draws"
+    return None
+
+
+def one_draw(kind: str, draws: int | None) -> bool:
+    """Whether values of ``kind`` come from a single single-shot draw: 0/1 outcomes."""
+    return kind == "single_shot_drawn" and draws == 1
 
 
 def worst_queries_note(worst: Sequence[WorstQuery]) -> str | None:
@@ -448,6 +473,13 @@ def worst_queries_note(worst: Sequence[WorstQuery]) -> str | None:
     kind, draws = worst_queries_value_kind(worst)
     if kind == "per_query":
         return None
+    if one_draw(kind, draws):
+        return (
+            "Single gallery shot: each value is the 0/1 outcome of one random draw of one "
+            "candidate per identity; ranks and relevance are those of every candidate, "
+            "before the draw (a relevant item at rank 1 can still score 0 when its "
+            "identity's drawn item is a farther one)."
+        )
     value = (
         "the exact expectation over the random draws"
         if kind == "single_shot_expected"
