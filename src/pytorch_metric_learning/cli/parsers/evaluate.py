@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS
+from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS, zero_one_by_definition
 from .._errors import UsageError
 from .._paths import check_outputs
 from .._specs import spec_option
@@ -279,7 +279,7 @@ def check_ci_method(args: argparse.Namespace) -> None:
 
 def _zero_one(name: str) -> bool:
     """Whether a metric's per-query values are 0 or 1 by its definition."""
-    return name == "precision_at_1" or re.fullmatch(r"recall_at_[1-9][0-9]*", name) is not None
+    return zero_one_by_definition(name)
 
 
 def _k_value(text: str) -> int | str | None:
