@@ -29,6 +29,7 @@ from ._validation import (
     invalid,
 )
 from .errors import InvalidArgumentError, InvalidTypeError
+from .evaluation.retrieval._fingerprint import describe_differences, protocol_record
 from .evaluation.retrieval._metric_names import per_query_function
 from .evaluation.retrieval._per_query import PerQueryValues
 from .evaluation.retrieval._single_shot import single_shot_rank
@@ -174,9 +175,14 @@ def find_worst_queries(
             already returned for these inputs and protocol, to rank the queries by instead
             of computing the values again (the search for the rankings shown still runs).
             It must hold ``metric`` and come from a calculator with ``k=None`` and this
-            ``knn_func``, as the values this function computes itself do; ``pml-eval
-            evaluate --show-worst`` passes it so that the metrics are computed (and
-            warn) once.
+            ``knn_func``, as the values this function computes itself do; values
+            computed under other arguments (another ``k``, other labels, groups, junk or
+            distractor labels, excluded pairs or roles, or another
+            ``single_gallery_shot``/``single_gallery_shot_draws``) are refused with an
+            ``InvalidArgumentError`` naming ``per_query`` and what differs (each
+            ``PerQueryValues`` records what it was computed under:
+            ``computed_under``). ``pml-eval evaluate --show-worst`` passes it so that the
+            metrics are computed (and warn) once.
         **protocol: The protocol arguments of :meth:`AccuracyCalculator.get_accuracy`
             (``query_groups``, ``reference_groups``, ``junk_labels``,
             ``distractor_labels``, ``excluded_pairs``, ``is_query``, ``is_reference``,
@@ -205,6 +211,7 @@ def find_worst_queries(
             results = calculator.get_accuracy(*inputs, return_per_query=True, **protocol)
         per_query = results["per_query"]
     values = _given_values(per_query, metric, len(query)).cpu()
+    _check_computed_under(per_query, protocol_record(calculator.k, inputs, protocol))
     order = torch.sort(values, stable=True).indices[:num_queries]
     rows = per_query.query_indices.cpu()[order]
     rankings = []
@@ -268,6 +275,30 @@ def _given_values(per_query: Any, metric: str, num_query: int) -> torch.Tensor:
             f"{len(values)} values for {len(indices)} query indices up to {last}",
         )
     return values
+
+
+def _check_computed_under(per_query: PerQueryValues, ours: dict[str, str]) -> None:
+    """Refuse values computed under other arguments than this call's: they would rank and
+    label the queries as what they are not (plain outcomes as single-shot expectations,
+    values without the camera rule as values with it, ...)."""
+    there = per_query.computed_under
+    if there is None:
+        raise invalid(
+            "per_query",
+            OWNER,
+            "the PerQueryValues of get_accuracy(..., return_per_query=True), which records "
+            "the arguments it was computed under",
+            "PerQueryValues that record none (built by hand?)",
+        )
+    differences = describe_differences(there, ours)
+    if differences:
+        raise InvalidArgumentError(
+            f"The 'per_query' parameter of {OWNER} must hold values computed under this "
+            "call's own arguments (a calculator with k=None, the same inputs and protocol). "
+            f"Got values computed under other ones: {differences}. Leave 'per_query' out "
+            "to compute the values for these arguments, or pass the same arguments as the "
+            "get_accuracy call."
+        )
 
 
 def _value_kind(metric: str, protocol: dict[str, Any]) -> tuple[str, int | None]:
