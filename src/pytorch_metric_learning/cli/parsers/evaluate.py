@@ -7,6 +7,7 @@ import re
 
 from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS, zero_one_by_definition
 from .._errors import UsageError
+from .._label_values import check_label_value_options
 from .._paths import check_outputs
 from .._specs import spec_option
 from ._common import (
@@ -65,6 +66,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "without --reference it covers both roles",
     )
     parser.add_argument("--reference-groups", metavar="FILE", help="a group id per --reference row")
+    parser.add_argument(
+        "--junk-labels",
+        nargs="+",
+        metavar="LABEL",
+        help="reference labels that are never a candidate (Market-1501: -1), read like the "
+        "labels of --labels (integers, or names for name labels); the API's junk_labels",
+    )
+    parser.add_argument(
+        "--distractor-labels",
+        nargs="+",
+        metavar="LABEL",
+        help="reference labels that are candidates but never relevant (Market-1501: 0), read "
+        "like --junk-labels (no label in both); the API's distractor_labels",
+    )
     parser.add_argument(
         "--single-gallery-shot",
         action="store_true",
@@ -134,6 +149,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "evaluate",
             (
                 check_reference_options,
+                check_label_value_options,
                 check_ci_options,
                 check_ci_method,
                 check_single_shot,
