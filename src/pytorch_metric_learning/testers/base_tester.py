@@ -214,6 +214,7 @@ class BaseTester:
         )
         self._check_plan(plan)
         self._check_protocol_allowed()  # the calculator may have been replaced since
+        self._check_groups_cover(plan, dataset_dict)
         logger.info("Evaluating epoch %s", epoch)
         embedder = _identity if embedder_model is None else embedder_model
         self.embeddings_and_labels = self._embed_splits(
@@ -530,6 +531,34 @@ class BaseTester:
 
     def _check_plan(self, plan: list[tuple[str, tuple[str, ...]]]) -> None:
         """Refuse query/reference combinations this tester cannot evaluate."""
+
+    def _check_groups_cover(
+        self, plan: list[tuple[str, tuple[str, ...]]], dataset_dict: Mapping[str, Any]
+    ) -> None:
+        """Refuse ``split_groups`` that cannot serve ``plan`` before any embedding: every
+        split evaluated (as query or reference) needs group ids, one per item of its
+        dataset (every item is embedded, in dataset order), else hours of embedding end in
+        the refusal :meth:`_groups` would give."""
+        if self.split_groups is None:
+            return
+        evaluated = list(dict.fromkeys(name for query, refs in plan for name in (query, *refs)))
+        missing = [name for name in evaluated if name not in self.split_groups]
+        if missing:
+            raise invalid(
+                "split_groups",
+                self._owner,
+                f"group ids for every evaluated split (missing {missing})",
+                sorted(self.split_groups),
+            )
+        for name in evaluated:
+            length = _dataset_length(dataset_dict[name], name)
+            if len(self.split_groups[name]) != length:
+                raise invalid(
+                    "split_groups",
+                    self._owner,
+                    f"one group id per item of split {name!r} ({length} items)",
+                    f"{len(self.split_groups[name])} ids",
+                )
 
     def _pca_rows(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The rows ``get_all_embeddings`` fits its PCA on: the reference part."""
