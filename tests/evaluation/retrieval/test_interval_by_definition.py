@@ -111,7 +111,9 @@ def test_the_command_line_goes_by_the_definition(capsys, tmp_path):
         "--metrics", metrics, "--k", "all", "--ci", "95", "--output", str(out),
     ])  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    methods = {name: found["method"] for name, found in json.loads(out.read_text())["intervals"].items()}
+    methods = {
+        name: found["method"] for name, found in json.loads(out.read_text())["intervals"].items()
+    }
     assert methods == {
         name: ("clopper_pearson" if name in ZERO_ONE else "percentile")
         for name in metrics.split(",")

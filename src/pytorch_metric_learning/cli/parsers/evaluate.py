@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 
 from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS, zero_one_by_definition
 from .._errors import UsageError
