@@ -542,14 +542,7 @@ class BaseTester:
         if self.split_groups is None:
             return
         evaluated = list(dict.fromkeys(name for query, refs in plan for name in (query, *refs)))
-        missing = [name for name in evaluated if name not in self.split_groups]
-        if missing:
-            raise invalid(
-                "split_groups",
-                self._owner,
-                f"group ids for every evaluated split (missing {missing})",
-                sorted(self.split_groups),
-            )
+        self._check_groups_named(evaluated)
         for name in evaluated:
             length = _dataset_length(dataset_dict[name], name)
             if len(self.split_groups[name]) != length:
@@ -596,6 +589,18 @@ class BaseTester:
             accuracies.update(self._level_averages(per_level))
         return accuracies
 
+    def _check_groups_named(self, names: Sequence[str]) -> None:
+        """Every split of ``names`` has its ``split_groups``."""
+        given = self.split_groups or {}
+        missing = [name for name in names if name not in given]
+        if missing:
+            raise invalid(
+                "split_groups",
+                self._owner,
+                f"group ids for every evaluated split (missing {missing})",
+                sorted(given),
+            )
+
     def _groups(
         self,
         query_split_name: str,
@@ -611,14 +616,7 @@ class BaseTester:
             ((query_split_name,), embeddings[0]),
             (reference_split_names, embeddings[1]),
         ):
-            missing = [name for name in names if name not in self.split_groups]
-            if missing:
-                raise invalid(
-                    "split_groups",
-                    self._owner,
-                    f"group ids for every evaluated split (missing {missing})",
-                    sorted(self.split_groups),
-                )
+            self._check_groups_named(names)
             groups = torch.cat([self.split_groups[name] for name in names]).to(rows.device)
             if len(groups) != len(rows):
                 raise invalid(
