@@ -136,7 +136,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         choices=CI_METHODS,
         default=None,
         help="how --ci makes intervals: auto (default) gives metrics that are 0 or 1 per "
-        "query (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
+        "query by definition (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
         "the others the percentile bootstrap (so do all metrics under --single-gallery-shot, "
         "whose per-query values are expectations); or one method for all (clopper_pearson "
         "only when every metric is recall_at_K or precision_at_1, without --ci-by-class or "
