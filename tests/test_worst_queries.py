@@ -87,7 +87,7 @@ def test_lone_queries_are_never_chosen_and_fewer_may_come_back():
         ({"metric": "NMI"}, InvalidArgumentError, "'metric'"),
         ({"metric": "recall_at_x"}, InvalidArgumentError, "'metric'"),
         ({"num_queries": 0}, InvalidArgumentError, "'num_queries'"),
-        ({"k": True}, InvalidArgumentError, "'k'"),
+        ({"k": True}, InvalidTypeError, "'k'"),
     ],
 )
 def test_bad_options_name_the_argument(kwargs, error, words):

@@ -15,6 +15,7 @@ __all__ = [
     "FAMILIES",
     "parametrized_parts",
     "describe_families",
+    "zero_one_by_definition",
 ]
 
 # Computed by AccuracyCalculator when include=() ...
@@ -63,3 +64,17 @@ def describe_families() -> str:
         'recall_at_<K>, precision_at_<K>, mean_average_precision_at_<K>, ndcg_at_<K> (K >= 1)'
     """
     return ", ".join(FAMILIES) + " (K >= 1)"
+
+
+def zero_one_by_definition(name: object) -> bool:
+    """Whether a metric's per-query value is a 0/1 outcome by its definition
+    (``recall_at_<K>``, ``precision_at_1``), not merely on some data: an interval for a
+    binomial proportion fits only these (``mean_average_precision`` is 0/1 on an easy
+    test set, but a proportion it is not).
+
+    Example:
+        >>> [zero_one_by_definition(n) for n in ("recall_at_4", "precision_at_1", "r_precision")]
+        [True, True, False]
+    """
+    parts = parametrized_parts(name)
+    return parts is not None and (parts[0] == "recall" or parts == ("precision", 1))

@@ -13,7 +13,14 @@ import torch
 
 from ._validation import invalid
 from .errors import InvalidArgumentError, InvalidTypeError
-from .worst_queries import Retrieval, WorstQuery, queries_metric, worst_queries_value_kind
+from .worst_queries import (
+    Retrieval,
+    WorstQuery,
+    one_draw,
+    queries_metric,
+    single_shot_phrase,
+    worst_queries_value_kind,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -29,12 +36,11 @@ _CELL_INCHES = 1.9
 _LEGEND = "\nblue: query · green: same label (relevant) · red: other label · {symbol}: {kind}"
 _SYMBOLS = {"distance": "d", "similarity": "s"}
 # What the values and ranks are under single_gallery_shot (WorstQuery.value_kind).
-_SINGLE_SHOT = {
-    "single_shot_expected": "expected over single-shot draws",
-    "single_shot_drawn": "mean of {draws} single-shot draws",
-}
 _SINGLE_SHOT_LEGEND = (
     "\nvalues: chances in [0, 1], not 0/1 outcomes · ranks: among every candidate, before the draw"
+)
+_ONE_DRAW_LEGEND = (
+    "\nvalues: 0/1 outcomes of one random draw · ranks: among every candidate, before the draw"
 )
 
 
@@ -106,12 +112,12 @@ def plot_worst_queries(
     kind = _kind(worst)
     value_kind, draws = worst_queries_value_kind(worst, OWNER)
     legend = _LEGEND.format(symbol=_SYMBOLS[kind], kind=kind)
-    values = _SINGLE_SHOT.get(value_kind)
+    values = single_shot_phrase(value_kind, draws)
     if values is not None:
-        legend += _SINGLE_SHOT_LEGEND
+        legend += _ONE_DRAW_LEGEND if one_draw(value_kind, draws) else _SINGLE_SHOT_LEGEND
     default_title = _title(len(worst), name)
     if values is not None:
-        default_title += f" ({values.format(draws=draws)})"
+        default_title += f" ({values})"
     figure.suptitle((title or default_title) + legend, fontsize=12)
     for row, item in enumerate(worst):
         label = _label(item.label, label_names)

@@ -21,8 +21,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._validation import check_embeddings, check_plain_tensor, float_if_integer, invalid
+from ._validation import (
+    check_embeddings,
+    check_plain_tensor,
+    check_positive_int,
+    float_if_integer,
+    invalid,
+)
 from .errors import InvalidArgumentError, InvalidTypeError
+from .evaluation.retrieval._fingerprint import describe_differences, protocol_record
 from .evaluation.retrieval._metric_names import per_query_function
 from .evaluation.retrieval._per_query import PerQueryValues
 from .evaluation.retrieval._single_shot import single_shot_rank
@@ -36,6 +43,8 @@ __all__ = [
     "VALUE_KINDS",
     "WorstQuery",
     "find_worst_queries",
+    "one_draw",
+    "single_shot_phrase",
     "worst_queries_header",
     "worst_queries_note",
     "worst_queries_rows",
@@ -166,9 +175,14 @@ def find_worst_queries(
             already returned for these inputs and protocol, to rank the queries by instead
             of computing the values again (the search for the rankings shown still runs).
             It must hold ``metric`` and come from a calculator with ``k=None`` and this
-            ``knn_func``, as the values this function computes itself do; ``pml-eval
-            evaluate --show-worst`` passes it so that the metrics are computed (and
-            warn) once.
+            ``knn_func``, as the values this function computes itself do; values
+            computed under other arguments (another ``k``, other labels, groups, junk or
+            distractor labels, excluded pairs or roles, or another
+            ``single_gallery_shot``/``single_gallery_shot_draws``) are refused with an
+            ``InvalidArgumentError`` naming ``per_query`` and what differs (each
+            ``PerQueryValues`` records what it was computed under:
+            ``computed_under``). ``pml-eval evaluate --show-worst`` passes it so that the
+            metrics are computed (and warn) once.
         **protocol: The protocol arguments of :meth:`AccuracyCalculator.get_accuracy`
             (``query_groups``, ``reference_groups``, ``junk_labels``,
             ``distractor_labels``, ``excluded_pairs``, ``is_query``, ``is_reference``,
@@ -182,7 +196,7 @@ def find_worst_queries(
         >>> [(w.index, w.retrievals[0].index, w.nearest_relevant.rank) for w in worst]
         [(1, 2, 2), (2, 1, 3)]
     """
-    _check_options(metric, num_queries, k)
+    num_queries, k = _check_options(metric, num_queries, k)
     _check_protocol_names(protocol)
     query = _embeddings(query, "query")
     query_labels = _labels(query_labels, "query_labels", query)
@@ -197,6 +211,7 @@ def find_worst_queries(
             results = calculator.get_accuracy(*inputs, return_per_query=True, **protocol)
         per_query = results["per_query"]
     values = _given_values(per_query, metric, len(query)).cpu()
+    _check_computed_under(per_query, protocol_record(calculator.k, inputs, protocol))
     order = torch.sort(values, stable=True).indices[:num_queries]
     rows = per_query.query_indices.cpu()[order]
     rankings = []
@@ -262,6 +277,30 @@ def _given_values(per_query: Any, metric: str, num_query: int) -> torch.Tensor:
     return values
 
 
+def _check_computed_under(per_query: PerQueryValues, ours: dict[str, str]) -> None:
+    """Refuse values computed under other arguments than this call's: they would rank and
+    label the queries as what they are not (plain outcomes as single-shot expectations,
+    values without the camera rule as values with it, ...)."""
+    there = per_query.computed_under
+    if there is None:
+        raise invalid(
+            "per_query",
+            OWNER,
+            "the PerQueryValues of get_accuracy(..., return_per_query=True), which records "
+            "the arguments it was computed under",
+            "PerQueryValues that record none (built by hand?)",
+        )
+    differences = describe_differences(there, ours)
+    if differences:
+        raise InvalidArgumentError(
+            f"The 'per_query' parameter of {OWNER} must hold values computed under this "
+            "call's own arguments (a calculator with k=None, the same inputs and protocol). "
+            f"Got values computed under other ones: {differences}. Leave 'per_query' out "
+            "to compute the values for these arguments, or pass the same arguments as the "
+            "get_accuracy call."
+        )
+
+
 def _value_kind(metric: str, protocol: dict[str, Any]) -> tuple[str, int | None]:
     """What the values of ``metric`` are under ``protocol`` (checked by get_accuracy)."""
     if not protocol.get("single_gallery_shot") or single_shot_rank(metric) is None:
@@ -322,7 +361,9 @@ def _distance_kind(knn_func: Any) -> str:
     return "similarity" if knn_is_inverted(knn_func) else "distance"
 
 
-def _check_options(metric: Any, num_queries: Any, k: Any) -> None:
+def _check_options(metric: Any, num_queries: Any, k: Any) -> tuple[int, int]:
+    """``(num_queries, k)`` as ints, checked by the library's one integer check (NumPy
+    integers pass, as everywhere else; bools, floats and tensors do not)."""
     if not isinstance(metric, str) or per_query_function(metric) is None:
         raise invalid(
             "metric",
@@ -330,9 +371,7 @@ def _check_options(metric: Any, num_queries: Any, k: Any) -> None:
             "a k-NN metric with per-query values, e.g. 'precision_at_1'",
             metric,
         )
-    for param, value in (("num_queries", num_queries), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise invalid(param, OWNER, "a positive int", value)
+    return check_positive_int(num_queries, "num_queries", OWNER), check_positive_int(k, "k", OWNER)
 
 
 def _worst_query(
@@ -430,11 +469,28 @@ def worst_queries_value_name(worst: Sequence[WorstQuery], metric: str | None = N
     """
     name = queries_metric(worst, metric) or "metric value"
     kind, draws = worst_queries_value_kind(worst)
+    what = single_shot_phrase(kind, draws)
+    return name if what is None else f"{name} ({what})"
+
+
+def single_shot_phrase(kind: str, draws: int | None) -> str | None:
+    """What values of ``kind`` (:data:`VALUE_KINDS`) are, for a column or a title: None
+    for plain per-query values; one draw is named in the singular (its values are 0/1).
+
+    Example:
+        >>> [single_shot_phrase("single_shot_drawn", n) for n in (1, 3)]
+        ['one single-shot draw', 'mean of 3 single-shot draws']
+    """
     if kind == "single_shot_expected":
-        return f"{name} (expected over single-shot draws)"
+        return "expected over single-shot draws"
     if kind == "single_shot_drawn":
-        return f"{name} (mean of {draws} single-shot draws)"
-    return name
+        return "one single-shot draw" if draws == 1 else f"mean of {draws} single-shot draws"
+    return None
+
+
+def one_draw(kind: str, draws: int | None) -> bool:
+    """Whether values of ``kind`` come from a single single-shot draw: 0/1 outcomes."""
+    return kind == "single_shot_drawn" and draws == 1
 
 
 def worst_queries_note(worst: Sequence[WorstQuery]) -> str | None:
@@ -448,6 +504,13 @@ def worst_queries_note(worst: Sequence[WorstQuery]) -> str | None:
     kind, draws = worst_queries_value_kind(worst)
     if kind == "per_query":
         return None
+    if one_draw(kind, draws):
+        return (
+            "Single gallery shot: each value is the 0/1 outcome of one random draw of one "
+            "candidate per identity; ranks and relevance are those of every candidate, "
+            "before the draw (a relevant item at rank 1 can still score 0 when its "
+            "identity's drawn item is a farther one)."
+        )
     value = (
         "the exact expectation over the random draws"
         if kind == "single_shot_expected"

@@ -38,6 +38,7 @@ from ._intervals import (
     interval_note,
     pop_intervals,
 )
+from ._label_values import check_label_value_options, encoded_label_values, label_value_texts
 from ._output import format_table, write_results
 from ._paths import check_outputs
 from ._specs import describe_spec
@@ -82,6 +83,8 @@ class EvaluationInputs:
     query_groups: torch.Tensor | None = None
     reference_groups: torch.Tensor | None = None
     single_gallery_shot: bool = False
+    junk_labels: tuple[int, ...] = ()
+    distractor_labels: tuple[int, ...] = ()
 
     def protocol(self) -> dict[str, Any]:
         """The protocol arguments of ``get_accuracy`` (and of every view of its per-query
@@ -89,6 +92,8 @@ class EvaluationInputs:
         return {
             "query_groups": self.query_groups,
             "reference_groups": self.reference_groups,
+            "junk_labels": self.junk_labels,
+            "distractor_labels": self.distractor_labels,
             "single_gallery_shot": self.single_gallery_shot,
         }
 
@@ -96,6 +101,7 @@ class EvaluationInputs:
 def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     """Read and cross-check the query, reference and label files named by ``args``."""
     check_reference_options(args)
+    check_label_value_options(args)
     check_one_stdin(input_files(args))
     query = load_embeddings(args.query)
     raw = [read_labels(args.labels, num_rows=len(query))]
@@ -115,6 +121,8 @@ def load_inputs(args: argparse.Namespace) -> EvaluationInputs:
     inputs = EvaluationInputs(query, labels[0], reference, reference_labels, names, categories)
     inputs.query_groups, inputs.reference_groups = _load_groups(args, len(query), reference)
     inputs.single_gallery_shot = bool(getattr(args, "single_gallery_shot", False))
+    inputs.junk_labels = encoded_label_values(args, "junk_labels", names)
+    inputs.distractor_labels = encoded_label_values(args, "distractor_labels", names)
     return inputs
 
 
@@ -528,6 +536,8 @@ def _record(
         "query_groups": getattr(args, "query_groups", None),
         "reference_groups": getattr(args, "reference_groups", None),
         "single_gallery_shot": bool(getattr(args, "single_gallery_shot", False)),
+        "junk_labels": label_value_texts(args, "junk_labels"),
+        "distractor_labels": label_value_texts(args, "distractor_labels"),
         "queries_left_out": calculator.last_num_queries_left_out,
         "ref_includes_query": bool(args.ref_includes_query or args.reference is None),
         "num_queries": len(inputs.query),

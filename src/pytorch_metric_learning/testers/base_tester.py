@@ -214,6 +214,7 @@ class BaseTester:
         )
         self._check_plan(plan)
         self._check_protocol_allowed()  # the calculator may have been replaced since
+        self._check_groups_cover(plan, dataset_dict)
         logger.info("Evaluating epoch %s", epoch)
         embedder = _identity if embedder_model is None else embedder_model
         self.embeddings_and_labels = self._embed_splits(
@@ -531,6 +532,27 @@ class BaseTester:
     def _check_plan(self, plan: list[tuple[str, tuple[str, ...]]]) -> None:
         """Refuse query/reference combinations this tester cannot evaluate."""
 
+    def _check_groups_cover(
+        self, plan: list[tuple[str, tuple[str, ...]]], dataset_dict: Mapping[str, Any]
+    ) -> None:
+        """Refuse ``split_groups`` that cannot serve ``plan`` before any embedding: every
+        split evaluated (as query or reference) needs group ids, one per item of its
+        dataset (every item is embedded, in dataset order), else hours of embedding end in
+        the refusal :meth:`_groups` would give."""
+        if self.split_groups is None:
+            return
+        evaluated = list(dict.fromkeys(name for query, refs in plan for name in (query, *refs)))
+        self._check_groups_named(evaluated)
+        for name in evaluated:
+            length = _dataset_length(dataset_dict[name], name)
+            if len(self.split_groups[name]) != length:
+                raise invalid(
+                    "split_groups",
+                    self._owner,
+                    f"one group id per item of split {name!r} ({length} items)",
+                    f"{len(self.split_groups[name])} ids",
+                )
+
     def _pca_rows(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The rows ``get_all_embeddings`` fits its PCA on: the reference part."""
         return embeddings
@@ -567,6 +589,18 @@ class BaseTester:
             accuracies.update(self._level_averages(per_level))
         return accuracies
 
+    def _check_groups_named(self, names: Sequence[str]) -> None:
+        """Every split of ``names`` has its ``split_groups``."""
+        given = self.split_groups or {}
+        missing = [name for name in names if name not in given]
+        if missing:
+            raise invalid(
+                "split_groups",
+                self._owner,
+                f"group ids for every evaluated split (missing {missing})",
+                sorted(given),
+            )
+
     def _groups(
         self,
         query_split_name: str,
@@ -582,14 +616,7 @@ class BaseTester:
             ((query_split_name,), embeddings[0]),
             (reference_split_names, embeddings[1]),
         ):
-            missing = [name for name in names if name not in self.split_groups]
-            if missing:
-                raise invalid(
-                    "split_groups",
-                    self._owner,
-                    f"group ids for every evaluated split (missing {missing})",
-                    sorted(self.split_groups),
-                )
+            self._check_groups_named(names)
             groups = torch.cat([self.split_groups[name] for name in names]).to(rows.device)
             if len(groups) != len(rows):
                 raise invalid(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 
-from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS
+from ..._metric_catalog import DEFAULT_METRICS, ON_REQUEST_METRICS, zero_one_by_definition
 from .._errors import UsageError
+from .._label_values import check_label_value_options
 from .._paths import check_outputs
 from .._specs import spec_option
 from ._common import (
@@ -66,6 +66,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--reference-groups", metavar="FILE", help="a group id per --reference row")
     parser.add_argument(
+        "--junk-labels",
+        nargs="+",
+        metavar="LABEL",
+        help="reference labels that are never a candidate (Market-1501: -1), read like the "
+        "labels of --labels (integers, or names for name labels); the API's junk_labels",
+    )
+    parser.add_argument(
+        "--distractor-labels",
+        nargs="+",
+        metavar="LABEL",
+        help="reference labels that are candidates but never relevant (Market-1501: 0), read "
+        "like --junk-labels (no label in both); the API's distractor_labels",
+    )
+    parser.add_argument(
         "--single-gallery-shot",
         action="store_true",
         help="torchreid's CUHK03 single-gallery-shot CMC: recall_at_K and precision_at_1 over "
@@ -122,7 +136,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         choices=CI_METHODS,
         default=None,
         help="how --ci makes intervals: auto (default) gives metrics that are 0 or 1 per "
-        "query (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
+        "query by definition (recall_at_K, precision_at_1) the exact binomial Clopper-Pearson interval and "
         "the others the percentile bootstrap (so do all metrics under --single-gallery-shot, "
         "whose per-query values are expectations); or one method for all (clopper_pearson "
         "only when every metric is recall_at_K or precision_at_1, without --ci-by-class or "
@@ -134,6 +148,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "evaluate",
             (
                 check_reference_options,
+                check_label_value_options,
                 check_ci_options,
                 check_ci_method,
                 check_single_shot,
@@ -279,7 +294,7 @@ def check_ci_method(args: argparse.Namespace) -> None:
 
 def _zero_one(name: str) -> bool:
     """Whether a metric's per-query values are 0 or 1 by its definition."""
-    return name == "precision_at_1" or re.fullmatch(r"recall_at_[1-9][0-9]*", name) is not None
+    return zero_one_by_definition(name)
 
 
 def _k_value(text: str) -> int | str | None:

@@ -44,6 +44,12 @@ class PerQueryValues:
         single_shot_cmc: With ``single_gallery_shot``: float64 ``(len(query_indices),
             max_rank)``, each query's single-shot CMC up to the largest ``recall_at_<K>``
             selected (which :meth:`cmc_curve` averages); None otherwise.
+        computed_under: What ``get_accuracy`` computed the values under: ``{argument:
+            digest}`` of the calculator's ``k``, the inputs' labels and sizes and every
+            protocol argument (groups, junk and distractor labels, excluded pairs, roles,
+            single-gallery-shot and its draws), so that a reuser
+            (``find_worst_queries(per_query=...)``) can refuse values of another protocol.
+            None when built by hand.
     """
 
     query_indices: torch.Tensor
@@ -53,6 +59,7 @@ class PerQueryValues:
     num_retrieved: int = 0
     single_shot_cmc: torch.Tensor | None = None
     query_rows: torch.Tensor | None = None
+    computed_under: dict[str, str] | None = None
 
     def __len__(self) -> int:
         return len(self.query_indices)

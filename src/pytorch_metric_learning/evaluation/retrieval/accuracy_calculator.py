@@ -49,6 +49,7 @@ from ._calculator_checks import (
 )
 from ._categories import Categories, category_kwargs, check_categories
 from ._compat import EQUALITY, legacy_knn_metric
+from ._fingerprint import protocol_record
 from ._label_stats import LabelComparison, LabelStats, label_stats, relevance_of
 from ._metric_names import describe_families, parse_metric_name, per_query_function
 from ._per_query import PerQueryValues, collect_per_query, per_query_values
@@ -549,6 +550,18 @@ class AccuracyCalculator:
                 k-NN backend whose output has the wrong shape or indices outside the
                 reference.
         """
+        inputs = (query, query_labels, reference, reference_labels, ref_includes_query)
+        protocol = {
+            "query_groups": query_groups,
+            "reference_groups": reference_groups,
+            "junk_labels": junk_labels,
+            "distractor_labels": distractor_labels,
+            "excluded_pairs": excluded_pairs,
+            "is_query": is_query,
+            "is_reference": is_reference,
+            "single_gallery_shot": single_gallery_shot,
+            "single_gallery_shot_draws": single_gallery_shot_draws,
+        }
         call = self._prepared_call(
             (query, query_labels, reference, reference_labels, ref_includes_query),
             ProtocolOptions.of(
@@ -587,6 +600,7 @@ class AccuracyCalculator:
                     per_query.query_rows = (
                         rows if call.roles is None else call.roles.query_rows[rows]
                     )
+                    per_query.computed_under = protocol_record(self.k, inputs, protocol)
                     results["per_query"] = per_query
                 if categories is not None:
                     results["per_category"] = self._per_category(functions, kwargs, categories)

@@ -16,8 +16,9 @@ Each metric is resampled on its own (``benchmarks/bootstrap.py`` measures both p
 
 Near 0 and 1 the percentile bootstrap covers far less than it promises (about 24% at
 n = 30 and 63% at n = 100 for a true rate of 0.99): it cannot see outside the sample. So
-``method="auto"`` (the default) gives a metric whose per-query values are all 0 or 1
-(Recall@K, precision@1) the Clopper-Pearson interval of a binomial proportion
+``method="auto"`` (the default) gives a metric whose per-query values are 0 or 1 by its
+definition (Recall@K, precision@1; not one whose values merely happen to be) the
+Clopper-Pearson interval of a binomial proportion
 (:mod:`.binomial`), which covers at least its level for every rate and every n, and keeps
 the percentile bootstrap for the others and whenever whole classes are resampled. Under
 ``single_gallery_shot`` a query's Recall@K and precision@1 are expectations over the
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..._metric_catalog import zero_one_by_definition
 from ..._validation import check_plain_tensor, invalid
 from ...errors import InvalidArgumentError, InvalidTypeError
 from ._per_query import PerQueryValues
@@ -129,6 +131,8 @@ def bootstrap_interval(
     seed: int = 0,
     groups: torch.Tensor | None = None,
     method: str = "auto",
+    *,
+    metric: str | None = None,
 ) -> ConfidenceInterval:
     """Confidence interval of the mean of per-query values.
 
@@ -141,8 +145,12 @@ def bootstrap_interval(
             and each resample's average is over the queries of the groups drawn.
         method: ``"percentile"`` (bootstrap), ``"clopper_pearson"`` (exact binomial
             interval; values must be 0 or 1, without ``groups``) or ``"auto"``:
-            Clopper-Pearson when every value is 0 or 1 and no ``groups`` are given, else
-            percentile.
+            Clopper-Pearson for a 0/1 metric without ``groups``, else percentile.
+        metric: The metric the values are of. Given, ``"auto"`` goes by its definition:
+            Clopper-Pearson only for ``recall_at_<K>`` and ``precision_at_1`` (a metric
+            such as ``mean_average_precision`` whose values are all 0 or 1 on easy data is
+            still bootstrapped). Left out, the values are of no known metric and every
+            value being 0 or 1 makes them a binomial sample.
 
     Example:
         >>> values = torch.tensor([1.0, 0.0, 1.0, 1.0] * 50)
@@ -154,7 +162,12 @@ def bootstrap_interval(
     matrix = _values_matrix({"values": values}, owner)
     _check_options(level, num_resamples, seed, owner)
     group_ids = _group_ids(groups, len(matrix), owner)
-    chosen = _methods(matrix, method, group_ids is not None, owner, ["values"])[0]
+    if metric is not None and not isinstance(metric, str):
+        raise invalid("metric", owner, "None or a metric name", metric, InvalidTypeError)
+    name = "values" if metric is None else metric
+    chosen = _methods(
+        matrix, method, group_ids is not None, owner, [name], definitions=metric is not None
+    )[0]
     if chosen == "clopper_pearson":
         return _binomial_interval(matrix[:, 0], level)
     means = _resampled_means(matrix, group_ids, num_resamples, seed)
@@ -172,8 +185,10 @@ def bootstrap_intervals(
     """Intervals for every metric of ``get_accuracy(..., return_per_query=True)["per_query"]``.
 
     ``by_class=True`` resamples whole classes instead of queries. ``method`` is as for
-    :func:`bootstrap_interval`, chosen per metric with ``"auto"``: Recall@K and
-    precision@1 (0 or 1 per query) get Clopper-Pearson, the others the percentile bootstrap.
+    :func:`bootstrap_interval`, chosen per metric with ``"auto"`` by the metric's
+    definition: Recall@K and precision@1 (0 or 1 per query by definition) get
+    Clopper-Pearson, the others the percentile bootstrap, even where their values happen to
+    be all 0 or 1 (``mean_average_precision`` on an easy test set).
 
     Example:
         >>> from pytorch_metric_learning.evaluation import AccuracyCalculator
@@ -386,15 +401,24 @@ def _methods(
     owner: str,
     names: list[str],
     expected: Sequence[str] = (),
+    definitions: bool = True,
 ) -> list[str]:
     """The interval method of each column (named by ``names``): ``method``, or what
-    ``"auto"`` chooses. The columns named in ``expected`` (single-shot expectations) are
-    never binomial: ``"auto"`` bootstraps them and ``"clopper_pearson"`` is refused."""
+    ``"auto"`` chooses. ``"auto"`` gives Clopper-Pearson only to metrics that are 0/1 by
+    definition (:func:`zero_one_by_definition`; with ``definitions=False``, values of no
+    known metric, to any all-0/1 column). The columns named in ``expected`` (single-shot
+    expectations) are never binomial: ``"auto"`` bootstraps them and ``"clopper_pearson"``
+    is refused."""
     if not isinstance(method, str) or method not in METHODS:
         raise invalid("method", owner, f"one of {list(METHODS)}", method)
     zero_one = [
         bool(((column == 0) | (column == 1)).all()) and name not in expected
         for name, column in zip(names, matrix.T)
+    ]
+    # "auto" goes by what a metric is, not by what its values happen to be on this data
+    binomial_kind = [
+        flag and (not definitions or zero_one_by_definition(name))
+        for name, flag in zip(names, zero_one)
     ]
     if method == "clopper_pearson" and expected:
         raise InvalidArgumentError(
@@ -422,7 +446,7 @@ def _methods(
     if method != "auto":
         return [method] * matrix.shape[1]
     binomial = not grouped and len(matrix) > 0
-    return ["clopper_pearson" if binomial and flag else "percentile" for flag in zero_one]
+    return ["clopper_pearson" if binomial and flag else "percentile" for flag in binomial_kind]
 
 
 def _binomial_interval(values: torch.Tensor, level: float) -> ConfidenceInterval:
