@@ -63,11 +63,16 @@ MIN_THREAD_ROWS = 256
 
 @dataclass(frozen=True)
 class Sample:
-    """The query's scorer against ``size`` evenly spaced reference rows
-    (:func:`spaced_sample`), which sets each query row's first bound in a separate search."""
+    """The query's scorer against the reference ``rows`` (evenly spaced, see
+    :func:`spaced_sample`), which sets each query row's first bound in a walk over the
+    reference as it lies."""
 
     scorer: Scorer
-    size: int
+    rows: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
 
 
 def spaced_sample(num_ref: int, side: int) -> torch.Tensor | None:
@@ -227,6 +232,12 @@ class _Walk:
         rank = self.rank
         assert rank is not None  # a walk with a sample has a rank
         scores = sample.scorer.picked(rows, slice(0, sample.size))
+        if self.skip_diagonal:  # a row's own entry is no candidate
+            own = sample.rows.unsqueeze(0) == torch.arange(rows.start, rows.stop).unsqueeze(1)
+            scores[own] = torch.inf
+        if self.exclusion is not None:  # nor are its excluded pairs
+            block = self.exclusion.query_rows(rows.start, rows.stop)
+            scores[block.excluded_at(sample.rows.expand(len(scores), -1))] = torch.inf
         self.state.bound[rows] = self.state.kth_smallest(scores, rank).numpy()
 
     def is_sample(self, c0: int) -> bool:

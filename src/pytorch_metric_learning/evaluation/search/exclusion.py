@@ -62,9 +62,6 @@ class _KeyRule:
         high = torch.searchsorted(self.sorted_keys, self.query_keys, right=True)
         return high - torch.searchsorted(self.sorted_keys, self.query_keys, right=False)
 
-    def reordered(self, position: torch.Tensor) -> _KeyRule:
-        return _KeyRule(self.query_keys, self.sorted_keys, position[self.targets])
-
     def for_queries(self, rows: torch.Tensor) -> _KeyRule:
         """The rule for the query rows ``rows`` alone, renumbered ``0 .. len(rows) - 1``."""
         return _KeyRule(self.query_keys[rows], self.sorted_keys, self.targets)
@@ -284,17 +281,6 @@ class Exclusion:
         copy = self._copy()
         copy.num_query = len(rows)
         copy._rules = [rule.for_queries(rows) for rule in self._rules]
-        copy._start_cache()
-        return copy
-
-    def reordered(self, order: torch.Tensor) -> Exclusion:
-        """The same rules for a search whose reference rows are ``reference[order]``."""
-        position = torch.empty_like(order)
-        position[order] = torch.arange(len(order), device=order.device)
-        copy = self._copy()
-        copy._rules = [rule.reordered(position) for rule in self._rules]
-        flags = self.never_candidates
-        copy.never_candidates = None if flags is None else flags[order]
         copy._start_cache()
         return copy
 

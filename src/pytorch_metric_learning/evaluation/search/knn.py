@@ -322,22 +322,23 @@ class CustomKNN:
         is an evenly spaced sample; a symmetric self-search reorders both sides alike.
         ``self_search`` is ``(symmetric, drop_self)``."""
         symmetric, drop_self = self_search
-        if not symmetric and not drop_self and exclusion is None and reference is not query:
-            return self._search_compiled_in_place(query, reference, size)
+        if not symmetric:
+            return self._search_compiled_in_place(query, reference, size, drop_self, exclusion)
         order = sample_first(len(reference), COMPILED_TILE)
-        if order is not None and exclusion is not None:
-            exclusion = exclusion.reordered(order)
         scorer = _fast_scorer(self.distance, query, reference, symmetric, order)
         del query, reference  # the scorer keeps what it needs
-        values, indices = search_compiled(
-            scorer, size, symmetric, COMPILED_TILE, drop_self, order, exclusion
-        )
+        values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self, order)
         return scorer.finish(values), indices, scorer
 
     def _search_compiled_in_place(
-        self, query: torch.Tensor, reference: torch.Tensor, size: tuple[int, int, int]
+        self,
+        query: torch.Tensor,
+        reference: torch.Tensor,
+        size: tuple[int, int, int],
+        drop_self: bool,
+        exclusion: Exclusion | None,
     ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
-        """``search_compiled`` of a separate search over the reference as it lies (no
+        """``search_compiled`` of the row-by-row walk over the reference as it lies (no
         reordered copy): each row's first bound comes from an evenly spaced sample."""
         scorer: SeparateSquaredEuclidean | NegatedInnerProduct
         if _scorer_kind(self.distance) is SquaredEuclidean:
@@ -345,8 +346,10 @@ class CustomKNN:
         else:
             scorer = NegatedInnerProduct(query, reference)
         rows = spaced_sample(len(reference), COMPILED_TILE)
-        sample = None if rows is None else Sample(scorer.columns(rows), len(rows))
-        values, indices = search_compiled(scorer, size, False, COMPILED_TILE, sample=sample)
+        sample = None if rows is None else Sample(scorer.columns(rows), rows)
+        values, indices = search_compiled(
+            scorer, size, False, COMPILED_TILE, drop_self, exclusion=exclusion, sample=sample
+        )
         return scorer.finish(values), indices, scorer
 
     def _search_rows(
