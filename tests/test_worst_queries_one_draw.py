@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from _plot_titles import record_titles
 from pytorch_metric_learning.cli._breakdowns import render_worst, worst_record
 from pytorch_metric_learning.worst_queries import (
     find_worst_queries,
@@ -62,18 +63,9 @@ def test_several_draws_keep_the_plural_wording():
 
 
 def test_the_picture_of_one_draw_says_outcomes(monkeypatch, tmp_path):
-    pytest.importorskip("matplotlib")
-    from pytorch_metric_learning import plots
+    titles = record_titles(monkeypatch)
     from pytorch_metric_learning.plots import plot_worst_queries
 
-    titles: list[str] = []
-    real_save = plots._save
-
-    def save(figure, path):
-        titles.append(figure.get_suptitle())
-        return real_save(figure, path)
-
-    monkeypatch.setattr(plots, "_save", save)
     images = [np.full((4, 4), 0.5) for _ in range(36)]
     plot_worst_queries(_worst(1), tmp_path / "w.png", images)
     assert "(one single-shot draw)" in titles[0]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from _plot_titles import record_titles
 from pytorch_metric_learning.cli._breakdowns import render_worst, worst_record
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.worst_queries import (
@@ -80,18 +81,9 @@ def _view_texts(view: str, worst, monkeypatch, tmp_path) -> dict[str, object]:
     if view == "json":
         record = json.loads(json.dumps(worst_record(worst, worst[0].metric, None, worst[0].k)))
         return {"record": record}
-    pytest.importorskip("matplotlib")
-    from pytorch_metric_learning import plots
+    texts = record_titles(monkeypatch)
     from pytorch_metric_learning.plots import plot_worst_queries
 
-    texts: list[str] = []
-    real_save = plots._save
-
-    def save(figure, path):
-        texts.append(figure.get_suptitle())
-        return real_save(figure, path)
-
-    monkeypatch.setattr(plots, "_save", save)
     images = [np.full((4, 4), 0.5) for _ in range(36)]
     plot_worst_queries(worst, tmp_path / "w.png", images)
     return {"title": texts[0]}

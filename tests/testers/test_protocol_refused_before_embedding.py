@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tester_helpers import TESTERS
 
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.evaluation import AccuracyCalculator
 from pytorch_metric_learning.testers import (
-    GlobalEmbeddingSpaceTester,
     GlobalTwoStreamEmbeddingSpaceTester,
     WithSameParentLabelTester,
 )
 
-TESTERS = (
-    GlobalEmbeddingSpaceTester,
-    WithSameParentLabelTester,
-    GlobalTwoStreamEmbeddingSpaceTester,
-)
 GROUPS = {"val": torch.tensor([0, 1, 0, 1, 0, 1])}
 # the tester's options -> the argument names the refusal must name
 WITH_CUSTOM_COMPARISON = [

@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tester_helpers import TESTERS
 
 from pytorch_metric_learning.errors import InvalidArgumentError
 from pytorch_metric_learning.evaluation import AccuracyCalculator
 from pytorch_metric_learning.testers import (
-    GlobalEmbeddingSpaceTester,
     GlobalTwoStreamEmbeddingSpaceTester,
     WithSameParentLabelTester,
 )
 
-TESTERS = (
-    GlobalEmbeddingSpaceTester,
-    WithSameParentLabelTester,
-    GlobalTwoStreamEmbeddingSpaceTester,
-)
 SIZES = {"train": 8, "val": 6}
 
 

@@ -9,6 +9,18 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from pytorch_metric_learning.evaluation import AccuracyCalculator
+from pytorch_metric_learning.testers import (
+    GlobalEmbeddingSpaceTester,
+    GlobalTwoStreamEmbeddingSpaceTester,
+    WithSameParentLabelTester,
+)
+
+# Every tester class, for tests that hold for all of them.
+TESTERS = (
+    GlobalEmbeddingSpaceTester,
+    WithSameParentLabelTester,
+    GlobalTwoStreamEmbeddingSpaceTester,
+)
 
 FIXED_METRICS = {"precision_at_1": 0.5, "r_precision": 0.25}
 _GET_ACCURACY = inspect.signature(AccuracyCalculator.get_accuracy)
