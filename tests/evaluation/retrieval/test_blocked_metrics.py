@@ -116,9 +116,10 @@ def evaluations(draw):
         "averaging": draw(st.sampled_from(["plain", "avg_of_avgs", "return_per_class"])),
         "budget": draw(st.integers(1, 600)),
         # reference bytes searched at a time (the default searches these whole); only a
-        # search that copies the reference (here: normalizing it) is chunked
+        # search that copies the reference is chunked: here the L1 distance's (no one-GEMM
+        # scorer), exact on these small integers whatever the chunk
         "chunk_bytes": draw(st.sampled_from([_blocked.REFERENCE_CHUNK_BYTES, 1, 24, 100])),
-        "normalize": draw(st.booleans()),
+        "manhattan": draw(st.booleans()),
     }
     return call, options
 
@@ -156,7 +157,10 @@ def protocol_options(draw, mode, generator, labels, num_query, rows):
 
 def calculator(options: dict, budget: int | None) -> AccuracyCalculator:
     averaging = options["averaging"]
-    distance = LpDistance(normalize_embeddings=options.get("normalize", False), power=2)
+    if options.get("manhattan"):
+        distance = LpDistance(normalize_embeddings=False, p=1)
+    else:
+        distance = LpDistance(normalize_embeddings=False, power=2)
     return AccuracyCalculator(
         knn_func=CustomKNN(distance),
         include=KNN_METRICS,
@@ -362,3 +366,25 @@ def test_one_progress_bar_counts_every_block():
             x[:50], labels[:50], x, labels, ref_includes_query=True
         )
     assert [(bar.total, bar.counted) for bar in RecordedProgress.made] == [(50 * 90, 50 * 90)]
+
+
+@pytest.mark.parametrize("p, chunked", [(2, False), (1, True)])
+def test_the_reference_is_chunked_only_when_its_search_copies_it(p, chunked):
+    """The Euclidean search reads the reference in place: searched whole, however large;
+    the L1 search copies it (no one-GEMM scorer): searched in chunks, with equal results."""
+    x, labels = clustered(120, 4)
+    merges = []
+    original = _blocked._merge_first_k
+
+    def merge(found, block, k, distance):
+        merges.append(found is not None)
+        return original(found, block, k, distance)
+
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, p=p))
+    calculator = AccuracyCalculator(exclude=("NMI", "AMI"), knn_func=knn, knn_output_budget=2048)
+    whole = AccuracyCalculator(exclude=("NMI", "AMI"), knn_func=knn, knn_output_budget=None)
+    with mock.patch.object(_blocked, "REFERENCE_CHUNK_BYTES", 40 * 8 * 4):
+        with mock.patch.object(_blocked, "_merge_first_k", merge):
+            blocked = calculator.get_accuracy(x, labels)
+    assert any(merges) == chunked
+    assert_same_results(whole.get_accuracy(x, labels), blocked)
