@@ -383,8 +383,10 @@ def test_the_reference_is_chunked_only_when_its_search_copies_it(p, chunked):
     knn = CustomKNN(LpDistance(normalize_embeddings=False, p=p))
     calculator = AccuracyCalculator(exclude=("NMI", "AMI"), knn_func=knn, knn_output_budget=2048)
     whole = AccuracyCalculator(exclude=("NMI", "AMI"), knn_func=knn, knn_output_budget=None)
-    with mock.patch.object(_blocked, "REFERENCE_CHUNK_BYTES", 40 * 8 * 4):
-        with mock.patch.object(_blocked, "_merge_first_k", merge):
-            blocked = calculator.get_accuracy(x, labels)
+    with (
+        mock.patch.object(_blocked, "REFERENCE_CHUNK_BYTES", 40 * 8 * 4),
+        mock.patch.object(_blocked, "_merge_first_k", merge),
+    ):
+        blocked = calculator.get_accuracy(x, labels)
     assert any(merges) == chunked
     assert_same_results(whole.get_accuracy(x, labels), blocked)
