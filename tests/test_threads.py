@@ -190,12 +190,33 @@ def test_get_accuracy_runs_on_the_free_cores(monkeypatch) -> None:
     assert seen == [1] and torch.get_num_threads() == 2
 
 
-def test_dynamic_work_keeps_the_count_from_before_the_block(monkeypatch) -> None:
+def test_dynamic_work_adds_a_thread_per_busy_core(monkeypatch) -> None:
     _pretend(monkeypatch, 2, 1.0)
     assert _threads.dynamic_threads() == 2
     with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
         assert torch.get_num_threads() == 1
-        assert _threads.dynamic_threads() == 2
+        assert _threads.dynamic_threads() == 3  # two cores, one of them busy
+
+
+@given(
+    torch_threads=st.integers(1, 8),
+    free=st.one_of(st.none(), st.floats(0.0, 8.0, allow_nan=False)),
+)
+def test_dynamic_work_runs_a_thread_per_core_and_one_more_per_busy_core(
+    torch_threads, free
+) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _pretend(monkeypatch, torch_threads, free)
+        monkeypatch.setitem(_threads._state, "measured_at", -math.inf)
+        with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
+            chosen, dynamic = torch.get_num_threads(), _threads.dynamic_threads()
+    # oracle: the cores at least FREE_FRACTION free, counted one by one (at least one)
+    cores = 0
+    while free is not None and cores + _threads.FREE_FRACTION <= free + 1e-12:
+        cores += 1
+    free_ones = torch_threads if free is None else max(1, min(torch_threads, cores))
+    assert chosen == free_ones
+    assert dynamic == torch_threads + (torch_threads - free_ones)
 
 
 def test_dynamic_work_follows_a_user_count(monkeypatch) -> None:
@@ -225,31 +246,23 @@ def test_the_compiled_search_takes_its_tiles_on_every_thread(monkeypatch) -> Non
     brute = torch.cdist(x.double(), x.double()) ** 2  # oracle: every pair
     brute.fill_diagonal_(float("inf"))
     assert torch.allclose(distances.double(), brute.sort(dim=1).values[:, :3], atol=1e-4)
-    assert seen == [1] and made == [2]
+    assert seen == [1] and made == [3]  # two cores, one busy: a thread more
 
 
-def test_lowered_only_inside_a_block_on_fewer_threads(monkeypatch) -> None:
-    _pretend(monkeypatch, 2, 1.0)
-    assert not _threads.lowered()
-    with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
-        assert _threads.lowered()
-    monkeypatch.setitem(_threads._state, "measured_at", -math.inf)
-    _pretend(monkeypatch, 2, 2.0)
-    with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
-        assert not _threads.lowered()
-
-
-@pytest.mark.skipif(not _compiled_topk.installed(), reason="numba is not installed")
-def test_busy_cores_count_a_search_twice_toward_loading_numba(monkeypatch) -> None:
+def test_busy_cores_do_not_hasten_loading_numba(monkeypatch) -> None:
+    """Both walks hand their tiles to every thread, so the load of the machine does not
+    change which one serves a search: below COMPILED_LOAD_PAIRS, PyTorch's."""
     pairs = 300 * 300
     monkeypatch.setattr(knn_module, "COMPILED_MIN_PAIRS", pairs)
     monkeypatch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 2 * pairs)
     monkeypatch.setattr(knn_module, "_cold_pairs", 0)
     monkeypatch.setattr(_compiled_topk, "loaded", lambda: False)
+    monkeypatch.setattr(_compiled_topk, "installed", lambda: True)
+    monkeypatch.setattr(_compiled_topk, "available", pytest.fail)  # would import numba
     x = torch.randn(300, 4)
     search = default_custom_knn()
-    assert not search._compiled_pays(x, x, 5)  # idle: counted once, short of the load
+    assert search._walk(x, x, 5) is False  # idle: the PyTorch walk
     monkeypatch.setattr(knn_module, "_cold_pairs", 0)
     _pretend(monkeypatch, 2, 1.0)
     with _threads.adapted_threads(_threads.MIN_PAIRS, CPU):
-        assert search._compiled_pays(x, x, 5)  # busy: counted twice
+        assert search._walk(x, x, 5) is False  # busy: the same

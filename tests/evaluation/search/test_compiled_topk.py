@@ -83,7 +83,12 @@ def _assert_ties_by_index(values, indices):
 
 
 def _fed(matrix, widths, k, threads, by_rows):
-    state = _compiled_topk.CompiledTopK(len(matrix), k, threads=threads)
+    return feed_tiles(_compiled_topk.CompiledTopK(len(matrix), k, threads), matrix, widths, by_rows)
+
+
+def feed_tiles(state, matrix, widths, by_rows):
+    """Feed the column tiles of ``matrix`` through their rows (or the transposed tiles
+    through their columns) and finish."""
     for start, tile in _tiles(matrix, widths):
         if by_rows:
             state.push_rows(0, tile, start)
@@ -128,16 +133,22 @@ def test_tiles_fed_through_rows_and_columns_at_once_equal_sorting(
         patch.setattr(_compiled_topk, "MIN_PART", 1)
         patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
         state = _compiled_topk.CompiledTopK(len(matrix), k, threads=threads)
-        for r0 in range(0, len(matrix), side):
-            for c0 in range(r0, len(matrix), side):
-                tile = matrix[r0 : r0 + side, c0 : c0 + side]
-                if c0 == r0:
-                    state.push_rows(r0, tile, c0)
-                else:
-                    state.push_both(r0, tile, c0)
-        values, indices = state.finish()
+        values, indices = feed_symmetric(state, matrix, side)
     assert_top_k(values.numpy(), indices.numpy(), matrix.double().numpy(), k)
     _assert_ties_by_index(values, indices)
+
+
+def feed_symmetric(state, matrix, side):
+    """Feed the tiles on and above the diagonal of a symmetric ``matrix`` (each off the
+    diagonal through both its rows and its columns) and finish."""
+    for r0 in range(0, len(matrix), side):
+        for c0 in range(r0, len(matrix), side):
+            tile = matrix[r0 : r0 + side, c0 : c0 + side]
+            if c0 == r0:
+                state.push_rows(r0, tile, c0)
+            else:
+                state.push_both(r0, tile, c0)
+    return state.finish()
 
 
 def test_push_both_takes_tiles_off_the_diagonal_only() -> None:
@@ -182,12 +193,18 @@ def compiled_everywhere(monkeypatch):
     monkeypatch.setattr(_compiled_topk, "ROWS_PER_BUFFER", 20)  # tiles span two buffers
 
 
+# A search problem for search_as_brute_force: spread -100 makes most sampled bounds too low.
+SEARCH_PROBLEMS = {
+    "problem": integer_points(),
+    "distance_index": st.integers(0, len(FAST) - 1),
+    "mode": st.sampled_from(["none", "is", "separate", "drop self"]),
+    "spread": st.sampled_from([3.0, -100.0]),
+}
+
+
 @settings(max_examples=80, deadline=None)
 @given(
-    problem=integer_points(),
-    distance_index=st.integers(0, len(FAST) - 1),
-    mode=st.sampled_from(["none", "is", "separate", "drop self"]),
-    spread=st.sampled_from([3.0, -100.0]),
+    **SEARCH_PROBLEMS,
     buffer_rows=st.sampled_from([20, 2048]),
     threads=st.sampled_from([1, 2]),
     blocks=st.sampled_from([(512, 1024), (8, 12)]),
@@ -202,30 +219,37 @@ def test_compiled_search_equals_brute_force(
     threads the walks split their tiles between the threads. A separate search computes
     its tiles in blocks of ``blocks`` rows and columns (8 x 12 cuts the 32-square tiles
     unevenly)."""
-    before = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch:
-        torch.set_num_threads(threads)
         patch.setattr(search_module, "BLOCK_ROWS", blocks[0])
         patch.setattr(search_module, "BLOCK_COLUMNS", blocks[1])
-        patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
-        patch.setattr(knn_module, "COMPILED_TILE", 32)
-        patch.setattr(search_module, "SPREAD", spread)
         patch.setattr(_compiled_topk, "MIN_PART", 1)
         patch.setattr(_compiled_topk, "ROWS_PER_BUFFER", buffer_rows)
-        query, reference, k = problem
-        query, reference = query.float() + 0.5, reference.float() + 0.5  # float32, no zero rows
-        reference = query if mode != "separate" else reference
-        distance = FAST[distance_index]
-        drop = mode == "drop self"
-        k = min(k, len(reference) - drop)
-        if k == 0:
-            return
-        reference_arg = None if mode in ("none", "drop self") else reference
-        try:
-            values, indices = CustomKNN(distance)(query, k, reference_arg, drop)
-        finally:
-            torch.set_num_threads(before)
+        search_as_brute_force(patch, problem, FAST[distance_index], mode, (spread, threads))
+
+
+def search_as_brute_force(patch, problem, distance, mode, walk) -> None:
+    """Search ``problem`` (``integer_points``) over 32-square tiles from the first search
+    on (the walk's ``(SPREAD, threads)``) and compare it with brute force."""
+    spread, threads = walk
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
+    patch.setattr(knn_module, "COMPILED_TILE", 32)
+    patch.setattr(search_module, "SPREAD", spread)
+    query, reference, k = problem
+    query, reference = query.float() + 0.5, reference.float() + 0.5  # float32, no zero rows
+    reference = query if mode != "separate" else reference
+    drop = mode == "drop self"
+    k = min(k, len(reference) - drop)
+    if k == 0:
+        torch.set_num_threads(before)
+        return
+    reference_arg = None if mode in ("none", "drop self") else reference
+    try:
+        values, indices = CustomKNN(distance)(query, k, reference_arg, drop)
+    finally:
+        torch.set_num_threads(before)
     table = brute_force_values(query, reference, distance)
     if drop:
         assert not (indices == torch.arange(len(query)).unsqueeze(1)).any()
@@ -537,12 +561,16 @@ def test_compiled_self_search_equals_the_pytorch_paths(compiled_everywhere, monk
     assert (compiled[1] == plain[1]).float().mean() > 0.99  # only float near-ties may swap
 
 
-def _spy_on_compiled_searches(monkeypatch) -> list:
+def _spy_on_compiled_searches(monkeypatch, walks: list | None = None) -> list:
+    """The sizes of the walks with the compiled top-k; ``walks`` also gets those of the
+    walks with PyTorch's (``_filtered_topk``)."""
     calls = []
     original = knn_module.search_compiled
 
     def spy(*args, **kwargs):
-        calls.append(args[1])
+        (calls if kwargs.get("compiled", True) else walks if walks is not None else []).append(
+            args[1]
+        )
         return original(*args, **kwargs)
 
     monkeypatch.setattr(knn_module, "search_compiled", spy)

@@ -39,6 +39,7 @@ import torch
 from ..._threads import dynamic_threads
 from ..._threads import one_torch_thread as _one_torch_thread
 from ._compiled_topk import CompiledTopK, _in_parts
+from ._filtered_topk import FilteredTopK
 from ._progress import SearchProgress
 from ._tiled_search import Scorer
 from ._topk import topk
@@ -113,6 +114,7 @@ def search_compiled(
     order: torch.Tensor | None = None,
     exclusion: Exclusion | None = None,
     sample: Sample | None = None,
+    compiled: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted ``(scores, indices)`` of each query row's k smallest scores.
 
@@ -122,10 +124,11 @@ def search_compiled(
     rows) follow; the outputs are in the original rows and indices. ``exclusion`` (of a
     separate search, in the reordered reference's rows) scores its pairs as inf in each
     tile before the tile is offered; a row left with fewer than k candidates is searched
-    again over its whole row, where its excluded pairs come last.
+    again over its whole row, where its excluded pairs come last. ``compiled=False``
+    keeps the running top-k in PyTorch (:class:`FilteredTopK`: no numba to load).
     """
     num_query, num_ref, k = size
-    state = CompiledTopK(num_query, k, dynamic_threads())
+    state = (CompiledTopK if compiled else FilteredTopK)(num_query, k, dynamic_threads())
     rank = _sampled_rank(k, num_ref, side) if order is not None else None
     walk = _Walk(scorer, state, rank, side, (symmetric, skip_diagonal), num_ref)
     walk.exclusion = exclusion
@@ -167,7 +170,7 @@ class _Walk:
     def __init__(
         self,
         scorer: Scorer,
-        state: CompiledTopK,
+        state: CompiledTopK | FilteredTopK,
         rank: int | None,
         side: int,
         diagonal: tuple[bool, bool],

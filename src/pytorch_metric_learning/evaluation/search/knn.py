@@ -8,7 +8,7 @@ import math
 import torch
 
 from ..._mapped import copy_by_blocks, is_mapped, release, trim_heap
-from ..._threads import adapted_threads, lowered
+from ..._threads import adapted_threads
 from ..._validation import (
     check_finite,
     check_matrix,
@@ -52,25 +52,27 @@ MIN_BLOCK_ROWS = 512
 # beyond that, handling them costs more than the halved matrix products save (fitted on the
 # crossovers measured in docs/benchmarks.md: k = 20 at n = 30,000).
 SYMMETRIC_ROWS_PER_CANDIDATE = 500
-# Searches with at least this many query-reference pairs run the compiled (numba) top-k on
-# the CPU once it is loaded: from n = 4,000 (self-search, k = 10 to 200) it takes 0.55 to
-# 0.8 of the time of the PyTorch paths.
+# Searches with at least this many query-reference pairs walk square tiles with a sampled
+# first bound per row (see _compiled_search), with the compiled (numba) top-k once it is
+# loaded: from n = 4,000 (self-search, k = 10 to 200) it takes 0.55 to 0.8 of the time of
+# the other PyTorch paths.
 COMPILED_MIN_PAIRS = 2**22
-# Loading it costs about a second, once per process (the first compilation ever, a few
-# seconds, is then cached on disk): the searches of a process use it once their pairs, the
-# current search's included, reach this many, those for LARGE_K neighbours or more counted
-# twice (the compiled loops save the most there). The first search of 23,000 rows loads
-# it, or of 16,384 rows for k >= LARGE_K; a process that searches 16,000 rows every epoch
-# loads it in its third search, or its second for k >= LARGE_K. Measured at 20,000 rows:
-# loading in the first search made it 0.3 s faster at k = 230 but 0.5 s slower at k = 30,
-# where the PyTorch paths are already quick; at 16,384 rows and k = 190, 0.1 s slower,
-# with every later search about a second faster. Searches on fewer PyTorch threads than
-# usual because cores are busy (see _threads) count twice too: PyTorch's paths then run
-# on the free cores only, while the compiled search hands its tiles to every thread
-# (measured under a load of 15 on two cores, n = 20,000, k = 11: 10-17 s on PyTorch's
-# paths on one thread, 4.8-7.1 s compiled on two).
+# Loading numba costs about 0.65 s of CPU, once per process (the first compilation ever, a
+# few seconds, is then cached on disk): the searches of a process use it once their pairs,
+# the current search's included, reach this many, those for LARGE_K neighbours or more
+# counted twice (the compiled loops save the most there). Until then the same walk keeps
+# its running top-k in PyTorch (_filtered_topk), at about 1.4 times the compiled walk's CPU
+# time: at n = 20,000 and k = 11, 1.45 s against 0.95 s plus the load. So the first search
+# of 23,000 rows loads numba, or of 16,384 rows for k >= LARGE_K; a process that searches
+# 16,000 rows every epoch loads it in its third search, or its second for k >= LARGE_K.
+# Both walks hand their tiles to every thread (busy cores too, see _threads), so neither
+# depends on the load of the machine.
 COMPILED_LOAD_PAIRS = 2**29
 LARGE_K = 100
+# The PyTorch walk serves searches of up to this many pairs (where numba is not loaded, is
+# disabled, or cannot be used); larger ones take the other PyTorch paths, as its bounds
+# stay the sampled ones between cuts (see _filtered_topk).
+FILTERED_MAX_PAIRS = 2**31
 # Candidates merged at a time by _merge_first_k (2**20: 12 MiB of them and their order).
 MERGE_ELEMENTS = 2**20
 # Bytes per distance that recomputing whole rows for ties at the k-th place holds (the
@@ -90,12 +92,12 @@ class CustomKNN:
     query``) for few neighbours computes each tile of the symmetric distance matrix once
     for both its rows and its columns, with a running bound per row (see
     ``_running_topk``). Float32 searches on the CPU of ``COMPILED_MIN_PAIRS`` pairs or more
-    (no ``batch_size``) select in compiled loops (numba) over square tiles, symmetric ones
-    for self-search at any k, with a first bound per row sampled from the reference (see
-    ``_compiled_search``), once the process's searches have reached ``COMPILED_LOAD_PAIRS``
-    pairs in all (which pays for loading numba); ``PML_DISABLE_NUMBA=1`` keeps the PyTorch
-    paths. Other
-    distances run through ``distance`` block by block. Embeddings too large or too small
+    (no ``batch_size``) walk square tiles, symmetric ones for self-search at any k, with a
+    first bound per row sampled from the reference (see ``_compiled_search``); they select
+    in compiled loops (numba) once the process's searches have reached
+    ``COMPILED_LOAD_PAIRS`` pairs in all (which pays for loading numba), and with PyTorch
+    operations before (``_filtered_topk``; also with ``PML_DISABLE_NUMBA=1``, up to
+    ``FILTERED_MAX_PAIRS`` pairs). Other distances run through ``distance`` block by block. Embeddings too large or too small
     for float32 distances (say 1e20 or 1e-25) are searched after an exact power-of-two
     rescaling.
 
@@ -291,14 +293,16 @@ class CustomKNN:
         if _scorer_kind(self.distance) is None:
             return (*self._search_generic(query, reference, k, exclusion), False)
         tile = self._tile(len(reference), query.element_size())
-        compiled = self._compiled_pays(query, reference, k)
+        walk = self._walk(query, reference, k)
         symmetric = (
-            same and exclusion is None and (compiled or _symmetric_pays(k, len(reference), tile[0]))
+            same
+            and exclusion is None
+            and (walk is not None or _symmetric_pays(k, len(reference), tile[0]))
         )
         size = (len(query), len(reference), k - 1 if drop_self else k)
-        if compiled:
+        if walk is not None:
             values, indices, scorer = self._search_compiled(
-                query, reference, size, (symmetric, drop_self), exclusion
+                query, reference, size, (symmetric, drop_self, walk), exclusion
             )
         else:
             scorer = _fast_scorer(self.distance, query, reference, symmetric)
@@ -315,19 +319,24 @@ class CustomKNN:
         query: torch.Tensor,
         reference: torch.Tensor,
         size: tuple[int, int, int],
-        self_search: tuple[bool, bool],
+        self_search: tuple[bool, bool, bool],
         exclusion: Exclusion | None,
     ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
         """``search_compiled`` over the reference reordered so that its first tile column
         is an evenly spaced sample; a symmetric self-search reorders both sides alike.
-        ``self_search`` is ``(symmetric, drop_self)``."""
-        symmetric, drop_self = self_search
+        ``self_search`` is ``(symmetric, drop_self, compiled)``; ``compiled=False`` walks
+        the tiles with the running top-k in PyTorch (``_filtered_topk``)."""
+        symmetric, drop_self, compiled = self_search
         if not symmetric:
-            return self._search_compiled_in_place(query, reference, size, drop_self, exclusion)
+            return self._search_compiled_in_place(
+                query, reference, size, (drop_self, compiled), exclusion
+            )
         order = sample_first(len(reference), COMPILED_TILE)
         scorer = _fast_scorer(self.distance, query, reference, symmetric, order)
         del query, reference  # the scorer keeps what it needs
-        values, indices = search_compiled(scorer, size, symmetric, COMPILED_TILE, drop_self, order)
+        values, indices = search_compiled(
+            scorer, size, symmetric, COMPILED_TILE, drop_self, order, compiled=compiled
+        )
         return scorer.finish(values), indices, scorer
 
     def _search_compiled_in_place(
@@ -335,11 +344,13 @@ class CustomKNN:
         query: torch.Tensor,
         reference: torch.Tensor,
         size: tuple[int, int, int],
-        drop_self: bool,
+        walk: tuple[bool, bool],
         exclusion: Exclusion | None,
     ) -> tuple[torch.Tensor, torch.Tensor, Scorer]:
         """``search_compiled`` of the row-by-row walk over the reference as it lies (no
-        reordered copy): each row's first bound comes from an evenly spaced sample."""
+        reordered copy): each row's first bound comes from an evenly spaced sample.
+        ``walk`` is ``(drop_self, compiled)``."""
+        drop_self, compiled = walk
         scorer: SeparateSquaredEuclidean | NegatedInnerProduct
         if _scorer_kind(self.distance) is SquaredEuclidean:
             scorer = SeparateSquaredEuclidean(query, reference)
@@ -348,7 +359,14 @@ class CustomKNN:
         rows = spaced_sample(len(reference), COMPILED_TILE)
         sample = None if rows is None else Sample(scorer.columns(rows), rows)
         values, indices = search_compiled(
-            scorer, size, False, COMPILED_TILE, drop_self, exclusion=exclusion, sample=sample
+            scorer,
+            size,
+            False,
+            COMPILED_TILE,
+            drop_self,
+            exclusion=exclusion,
+            sample=sample,
+            compiled=compiled,
         )
         return scorer.finish(values), indices, scorer
 
@@ -384,18 +402,23 @@ class CustomKNN:
                 progress.update(scores.numel())
         return scorer.finish(values), indices
 
-    def _compiled_pays(self, query: torch.Tensor, reference: torch.Tensor, k: int) -> bool:
-        """Whether the compiled top-k serves this search (large float32 CPU searches)."""
+    def _walk(self, query: torch.Tensor, reference: torch.Tensor, k: int) -> bool | None:
+        """Whether this search walks square tiles with a sampled first bound per row (large
+        float32 CPU searches): True with the compiled top-k, False with PyTorch's (before
+        numba is worth loading, or where it cannot be), None if it takes other paths."""
         pairs = len(query) * len(reference)
-        return (
+        if not (
             self.batch_size is None
             and query.device.type == "cpu"
             and query.dtype == torch.float32
             and reference.dtype == torch.float32
             and pairs >= COMPILED_MIN_PAIRS
             and len(reference) < 2**31  # its candidates' indices are int32
-            and _compiled_loads(pairs * 2 if k >= LARGE_K or lowered() else pairs)
-        )
+        ):
+            return None
+        if _compiled_loads(pairs * 2 if k >= LARGE_K else pairs):
+            return True
+        return False if pairs <= FILTERED_MAX_PAIRS else None
 
     def _rows(self, num_reference: int, element_size: int, grow: bool = False) -> int:
         """Query rows per block: ``batch_size``, or as many as the memory budget allows.
