@@ -165,7 +165,7 @@ def test_the_pytorch_walk_equals_brute_force(
         patch.setattr(search_module, "FilteredTopK", lambda *a: made.append(1) or original(*a))
         search_as_brute_force(patch, problem, FAST[distance_index], mode, (spread, threads))
     k = min(problem[2], len(problem[1 if mode == "separate" else 0]) - (mode == "drop self"))
-    assert made or k == 0  # the PyTorch walk served it
+    assert made or k == 0 or k + 1 > knn_module.FILTERED_MAX_K  # the PyTorch walk served it
 
 
 def test_the_pytorch_walk_finds_what_the_compiled_one_finds(filtered_everywhere) -> None:
@@ -193,3 +193,4 @@ def test_searches_past_its_limit_take_the_other_paths(monkeypatch) -> None:
     assert knn._walk(x[:40], x[:40], 3) is False
     assert knn._walk(x, x, 3) is None
     assert knn._walk(x.double(), x.double(), 3) is None  # float64: never walked
+    assert knn._walk(x[:40], x[:40], knn_module.FILTERED_MAX_K + 1) is None  # many neighbours
