@@ -15,8 +15,8 @@ runs. Exact as the compiled loops are: an entry is dropped only when k kept cand
 its row lie below it (or at it, after a cut); a row left with fewer than k candidates is
 searched again by the walk.
 
-Loading numba costs about 0.65 s of CPU, once per process, and the walk here about 1.4
-times the compiled one's CPU time (measured at n = 20,000, k = 11: 1.3 s against 0.95 s),
+Loading numba costs about 0.65 s of CPU, once per process, and the walk here 1.5 to 2.4
+times the compiled one's CPU time (measured at n = 20,000, k = 11: 1.45 s against 0.95 s),
 so a process's first searches of up to about 23,000 rows are quicker here.
 """
 

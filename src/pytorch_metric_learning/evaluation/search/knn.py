@@ -61,8 +61,8 @@ COMPILED_MIN_PAIRS = 2**22
 # few seconds, is then cached on disk): the searches of a process use it once their pairs,
 # the current search's included, reach this many, those for LARGE_K neighbours or more
 # counted twice (the compiled loops save the most there). Until then the same walk keeps
-# its running top-k in PyTorch (_filtered_topk), at about 1.4 times the compiled walk's CPU
-# time: at n = 20,000 and k = 11, 1.45 s against 0.95 s plus the load. So the first search
+# its running top-k in PyTorch (_filtered_topk), at 1.5 to 2.4 times the compiled walk's
+# CPU time: at n = 20,000 and k = 11, 1.45 s against 0.95 s plus the load. So the first search
 # of 23,000 rows loads numba, or of 16,384 rows for k >= LARGE_K; a process that searches
 # 16,000 rows every epoch loads it in its third search, or its second for k >= LARGE_K.
 # Both walks hand their tiles to every thread (busy cores too, see _threads), so neither
@@ -101,7 +101,8 @@ class CustomKNN:
     in compiled loops (numba) once the process's searches have reached
     ``COMPILED_LOAD_PAIRS`` pairs in all (which pays for loading numba), and with PyTorch
     operations before (``_filtered_topk``; also with ``PML_DISABLE_NUMBA=1``, up to
-    ``FILTERED_MAX_PAIRS`` pairs). Other distances run through ``distance`` block by block. Embeddings too large or too small
+    ``FILTERED_MAX_PAIRS`` pairs and ``FILTERED_MAX_K`` neighbours). Other distances run
+    through ``distance`` block by block. Embeddings too large or too small
     for float32 distances (say 1e20 or 1e-25) are searched after an exact power-of-two
     rescaling.
 
