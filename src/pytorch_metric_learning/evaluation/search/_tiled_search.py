@@ -43,8 +43,13 @@ class Scorer(Protocol):
 class SquaredEuclidean:
     """``|r|^2 - 2 q.r``, plus ``|q|^2`` when the tiles must be symmetric, as one product.
 
-    The squared norms ride along as extra columns (``[q, |q|^2, 1] . [-2r, 1, |r|^2]``), so
-    a tile is a single matrix product with no pass to add them.
+    The squared norms ride along as extra columns (``[|q|^2, 1, q] . [1, |r|^2, -2r]``), so
+    a tile is a single matrix product with no pass to add them. They come first: a product
+    accumulates its terms in column order, so the score of ``(i, j)`` starts from
+    ``|q_i|^2 + |r_j|^2``, which rounds as ``|r_j|^2 + |q_i|^2`` does, and a symmetric
+    matrix's two halves are equal to the bit (with the norms last, the last two terms were
+    added in a different order on the two sides: identical rows then lay a rounding error
+    apart, one of them out of index order).
     """
 
     def __init__(
@@ -143,13 +148,13 @@ def _squared_norms(x: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
 def _augmented(
     x: torch.Tensor, order: torch.Tensor | None, scale: int, columns: list[torch.Tensor]
 ) -> torch.Tensor:
-    """``[scale * x[order], *columns]`` written block by block into one new tensor."""
-    rows, dims = (len(x) if order is None else len(order)), x.shape[1]
-    out = torch.empty((rows, dims + len(columns)), dtype=x.dtype, device=x.device)
+    """``[*columns, scale * x[order]]`` written block by block into one new tensor."""
+    rows, extra = (len(x) if order is None else len(order)), len(columns)
+    out = torch.empty((rows, extra + x.shape[1]), dtype=x.dtype, device=x.device)
     for start, block in _blocks(x, order):
-        torch.mul(block, scale, out=out[start : start + len(block), :dims])
+        torch.mul(block, scale, out=out[start : start + len(block), extra:])
     for position, column in enumerate(columns):
-        out[:, dims + position] = column[:, 0]
+        out[:, position] = column[:, 0]
     return out
 
 
