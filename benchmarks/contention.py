@@ -232,7 +232,9 @@ def main() -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 50_000])
     parser.add_argument("--classes", type=int, nargs="+", default=[100, 400])
     parser.add_argument("--loads", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])

@@ -14,7 +14,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pytorch_metric_learning.distances import DotProductSimilarity, LpDistance
+from pytorch_metric_learning.distances import CosineSimilarity, DotProductSimilarity, LpDistance
 from pytorch_metric_learning.evaluation import AccuracyCalculator, CustomKNN
 from pytorch_metric_learning.evaluation.search import _compiled_topk
 from pytorch_metric_learning.evaluation.search._ties import first_k_of_rows, order_ties
@@ -27,7 +27,8 @@ EXACT = [
     LpDistance(normalize_embeddings=False),
     DotProductSimilarity(normalize_embeddings=False),
 ]
-PATHS = ["rows", "symmetric", "compiled"]
+# "walk": the PyTorch tile walk that serves searches before numba is loaded.
+PATHS = ["rows", "symmetric", "compiled", "walk"]
 
 
 def oracle(query: np.ndarray, reference: np.ndarray, distance, k: int, drop_self: bool):
@@ -64,11 +65,13 @@ def _force(patch: pytest.MonkeyPatch, path: str, tile_bytes: int) -> None:
     patch.setattr(knn_module, "MIN_BLOCK_ROWS", 1)
     symmetric = path == "symmetric"
     patch.setattr(knn_module, "SYMMETRIC_ROWS_PER_CANDIDATE", 0 if symmetric else 10**9)
-    if path == "compiled":
+    if path in ("compiled", "walk"):
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_LOAD_PAIRS", 0)
         patch.setattr(knn_module, "COMPILED_TILE", 32)
         patch.setattr(_compiled_topk, "MIN_PART", 1)
+        if path == "walk":
+            patch.setattr(knn_module, "_compiled_loads", lambda pairs: False)
     else:
         patch.setattr(knn_module, "COMPILED_MIN_PAIRS", 2**62)
 
@@ -90,8 +93,8 @@ def test_every_path_returns_the_first_k_by_distance_then_index(
 ) -> None:
     if path == "compiled" and not _compiled_topk.installed():
         path = "rows"
-    if path == "compiled":
-        batch_size = None  # the compiled path serves searches without a batch_size
+    if path in ("compiled", "walk"):
+        batch_size = None  # the walks serve searches without a batch_size
     num_query = max(1, int(len(points) * split))
     query = points[:num_query] if mode == "separate" else points
     reference = points if mode == "separate" else None
@@ -163,16 +166,20 @@ def test_order_ties_only_touches_tied_rows() -> None:
 
 
 class RecordingEuclidean(LpDistance):
-    """The fast squared Euclidean distance, recording the blocks ``powered_mat`` computes
-    (only the recomputation of rows tied at the k-th place calls it on this path)."""
+    """The fast squared Euclidean distance, recording the blocks of references it prepares
+    after the search's own (only the recomputation of rows tied at the k-th place
+    prepares more)."""
 
     def __init__(self) -> None:
         super().__init__(normalize_embeddings=False, power=2)
         self.blocks: list[tuple[int, int]] = []
+        self.searched = False
 
-    def powered_mat(self, query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-        self.blocks.append((len(query), len(ref)))
-        return super().powered_mat(query, ref)
+    def prepare(self, query, ref=None):
+        if self.searched and ref is not None:
+            self.blocks.append((len(query), len(ref)))
+        self.searched = True
+        return super().prepare(query, ref)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -197,3 +204,130 @@ def test_rows_tied_at_the_kth_place_are_recomputed_a_block_of_references_at_a_ti
     assert sum(ref_rows for _, ref_rows in distance.blocks) % len(points) == 0  # whole rows
     expected = oracle(query.double().numpy(), points.double().numpy(), EXACT[0], 4, False)
     np.testing.assert_array_equal(indices.numpy(), expected)
+
+
+@st.composite
+def float_points_with_copies(draw):
+    """Float coordinates (rounded anew by every product) with rows copied several times,
+    shuffled, and a query of copies of some of them."""
+    n = draw(st.integers(2, 90))
+    dims = draw(st.sampled_from([1, 3, 16, 70]))
+    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    scale = draw(st.sampled_from([1e-3, 1.0, 50.0]))
+    offset = draw(st.sampled_from([0.0, 1000.0]))  # far from the origin: norms cancel
+    base = torch.randn(n, dims, generator=generator) * scale + offset
+    copies = torch.randint(0, n, (draw(st.integers(n // 2, 3 * n)),), generator=generator)
+    points = torch.cat([base, base[copies]])
+    points = points[torch.randperm(len(points), generator=generator)]
+    query = points[torch.randint(0, len(points), (max(1, n // 2),), generator=generator)]
+    return points, query
+
+
+def copy_classes(points: torch.Tensor) -> torch.Tensor:
+    """Each row's class of identical rows (the first row of the class)."""
+    first = {}
+    return torch.tensor([first.setdefault(tuple(row.tolist()), i) for i, row in enumerate(points)])
+
+
+def assert_copies_agree(values, indices, classes, own=None) -> None:
+    """A row's neighbours are sorted, equal values by index; the copies of a neighbour lie
+    at the same value, and those of lower index are neighbours too (before it). ``own``:
+    each row's own index, which a search that drops it never returns."""
+    _assert_sorted_ties_by_index(values, indices)
+    for row, (found, at) in enumerate(zip(indices.tolist(), values.tolist())):
+        value_of = dict(zip(found, at))
+        for index in found:
+            copies = (classes == classes[index]).nonzero().flatten().tolist()
+            lower = [c for c in copies if c < index and (own is None or c != own[row])]
+            assert all(c in value_of for c in lower), (row, index, lower, found)
+            assert all(value_of[c] == value_of[index] for c in copies if c in value_of)
+
+
+def _assert_sorted_ties_by_index(values, indices) -> None:
+    steps = values[:, 1:] - values[:, :-1]
+    assert bool((steps >= 0).all() or (steps <= 0).all())
+    tied = values[:, 1:] == values[:, :-1]
+    assert bool((indices[:, 1:][tied] > indices[:, :-1][tied]).all())
+
+
+@pytest.mark.slow
+@settings(max_examples=120, deadline=None)
+@given(
+    problem=float_points_with_copies(),
+    distance_index=st.integers(0, 4),
+    path=st.sampled_from(PATHS),
+    batch_size=st.one_of(st.none(), st.integers(1, 17)),
+    mode=st.sampled_from(["self", "self drop", "separate"]),
+    ks=st.lists(st.integers(1, 70), min_size=2, max_size=3),
+    threads=st.sampled_from([1, 2]),
+)
+def test_copies_of_a_row_lie_at_one_distance_whatever_the_path_and_k(
+    problem, distance_index, path, batch_size, mode, ks, threads
+) -> None:
+    """Rounding must not tell identical rows apart: on every path, at any k, a query's
+    distances to copies of one reference are equal, so copies come in index order and the
+    neighbours at k are the first k of those at a larger k (a symmetric walk once scored
+    the two sides of its diagonal with different roundings: a copy of higher index then
+    displaced a lower one, only at some k)."""
+    if path == "compiled" and not _compiled_topk.installed():
+        path = "rows"
+    if path in ("compiled", "walk"):
+        batch_size = None
+    points, query = problem
+    query = query if mode == "separate" else points
+    drop = mode == "self drop"
+    ks = sorted({min(k, len(points) - drop) for k in ks})
+    assume(ks[0] >= 1)
+    distance = [*EXACT, LpDistance(), CosineSimilarity()][distance_index]
+    classes = copy_classes(points)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            _force(patch, path, 32 * 32 * 4)
+            knn = CustomKNN(distance, batch_size=batch_size)
+            reference = points if mode == "separate" else None
+            found = [knn(query, k, reference, drop) for k in ks]
+    finally:
+        torch.set_num_threads(before)
+    own = list(range(len(points))) if drop else None
+    for values, indices in found:
+        assert_copies_agree(values, indices, classes, own)
+    for (_, short), (_, long) in zip(found, found[1:]):
+        assert torch.equal(short, long[:, : short.shape[1]])
+    if mode != "self drop":  # identical queries have identical neighbours
+        query_classes = copy_classes(query)
+        values, indices = found[-1]
+        assert torch.equal(indices, indices[query_classes])
+        assert torch.equal(values, values[query_classes])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    offset=st.sampled_from([100.0, 1000.0, 1e4]),
+    path=st.sampled_from(PATHS),
+    separate=st.booleans(),
+)
+def test_a_cluster_far_from_the_origin_gets_its_true_neighbours(
+    seed, offset, path, separate
+) -> None:
+    """Squared norms of 1e6 to 1e8 cancel in a product's score, whose rounding then
+    exceeds the gaps between neighbours (every path once returned wrong ones): the
+    neighbours and distances equal float64 brute force's."""
+    if path == "compiled" and not _compiled_topk.installed():
+        path = "rows"
+    generator = torch.Generator().manual_seed(seed)
+    points = torch.randn(150, 8, generator=generator) + offset
+    query = points[:40] + torch.randn(40, 8, generator=generator) if separate else points
+    with pytest.MonkeyPatch.context() as patch:
+        _force(patch, path, 32 * 32 * 4)
+        values, indices = CustomKNN(LpDistance(normalize_embeddings=False))(
+            query, 5, points if separate else None, not separate
+        )
+    table = torch.cdist(query.double(), points.double()).numpy()
+    if not separate:
+        np.fill_diagonal(table, np.inf)
+    expected = np.sort(table, axis=1)[:, :5]
+    np.testing.assert_allclose(values.double().numpy(), expected, rtol=1e-5)
+    np.testing.assert_allclose(np.take_along_axis(table, indices.numpy(), 1), expected, rtol=1e-5)

@@ -11,9 +11,10 @@ that pass), and the bounds stay those the walk set from its sample until more th
 ``COMPACT_PER_ROW`` candidates per row (beyond k) are held: every row is then cut back to
 its k smallest, which tightens its bound. A sampled bound lets about ``k + 3 sqrt(k n /
 side)`` entries of a row of ``n`` pass, so at the sizes this serves the cut hardly ever
-runs. Exact as the compiled loops are: an entry is dropped only when k kept candidates of
-its row lie below it (or at it, after a cut); a row left with fewer than k candidates is
-searched again by the walk.
+runs. Exact for the scores it is given, as the compiled loops are: an entry is dropped
+only when k kept candidates of its row lie below it (or at it, after a cut); a row left
+with fewer than k candidates is searched again by the walk. (The scores are a product's,
+rounded by where a pair lies in it; ``_pair_scores`` makes the reported distances exact.)
 
 Loading numba costs about 0.65 s of CPU, once per process, and the walk here 1.5 to 2.4
 times the compiled one's CPU time (measured at n = 20,000, k = 11: 1.45 s against 0.95 s),

@@ -21,6 +21,7 @@ from ...distances.lp_distance import power_of_squared as _power_of_squared
 from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
 from ._compiled_search import Sample, sample_first, search_compiled, spaced_sample
+from ._pair_scores import PairScores, refine
 from ._progress import SearchProgress
 from ._rescale import Rescaled, _exponent, largest_magnitude, rescale
 from ._ties import first_k_of_rows, order_ties, tied_at_boundary
@@ -192,17 +193,54 @@ class CustomKNN:
             distances, indices, dropped = self._search(
                 scaled.query, scaled.reference, search_k + extra, (same, drop_self), exclusion
             )
-        if ref_includes_query and not dropped:
-            distances, indices = remove_self_matches(distances, indices)
+            if ref_includes_query and not dropped:
+                distances, indices = remove_self_matches(distances, indices)
+            found = (distances, indices)
+            distances, indices = self._first_k(
+                found, scaled, k, (same, ref_includes_query), exclusion
+            )
+        return scaled.restore(distances, out_dtype), indices
+
+    def _first_k(
+        self,
+        found: tuple[torch.Tensor, torch.Tensor],
+        scaled: Rescaled,
+        k: int,
+        self_search: tuple[bool, bool],
+        exclusion: Exclusion | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first k by (distance, index), from the search's ``found`` candidates (k + 1
+        of them, or all); ``self_search`` is ``(same, skip_self)``."""
+        kind = _scorer_kind(self.distance)
+        if kind is None:
+            return self._ordered(found, scaled, k, self_search, exclusion)
+        # the one-product distances: each computed again from its pair alone (_pair_scores)
+        same, skip_self = self_search
+        reference = scaled.query if same else scaled.reference
+        euclidean = kind is SquaredEuclidean
+        pairs = PairScores(self.distance, scaled.query, reference, euclidean, TILE_BYTES)
+        rows = self._rows(len(reference), EXACT_ROW_BYTES)
+        return refine(pairs, found, k, (skip_self, rows), exclusion)
+
+    def _ordered(
+        self,
+        found: tuple[torch.Tensor, torch.Tensor],
+        scaled: Rescaled,
+        k: int,
+        self_search: tuple[bool, bool],
+        exclusion: Exclusion | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first k of the search's ``found`` candidates (k + 1 of them, or all) by
+        (distance, index); rows tied across the k-th place are computed again whole."""
         # ties are of the distances as computed, before they are scaled back (which can
         # round distinct ones to one float32, or to 0 or inf)
-        distances, indices = order_ties(distances, indices, self.distance.is_inverted)
+        distances, indices = order_ties(*found, self.distance.is_inverted)
         tied = tied_at_boundary(distances, k)
         if len(tied):
-            exact = self._exact_rows(scaled, tied, k, (same, ref_includes_query), exclusion)
+            exact = self._exact_rows(scaled, tied, k, self_search, exclusion)
             distances, indices = distances.clone(), indices.clone()
             distances[tied, :k], indices[tied, :k] = exact
-        return scaled.restore(distances[:, :k], out_dtype), indices[:, :k]
+        return distances[:, :k], indices[:, :k]
 
     def _search_mapped(
         self, query: torch.Tensor, reference: torch.Tensor, k: int, ref_includes_query: bool

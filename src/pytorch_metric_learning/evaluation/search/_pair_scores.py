@@ -1,0 +1,216 @@
+"""Scores of single (query, reference) pairs, from the two rows alone, and how far a tile's
+matrix product may stray from them.
+
+A matrix product rounds a pair's score according to where the pair lies and the shape of
+the product (kernels differ for thin products and at the edges of wide ones, and a
+symmetric walk meets a pair from either side), so two copies of one reference could score
+a rounding error apart: which copy a search kept, and in what order, then changed with k.
+The searches of the one-product distances therefore only choose candidates; every reported
+value is computed again by :meth:`PairScores.of` from its pair alone (differences or
+products of the coordinates, summed: no cancellation between large squared norms), so it
+depends on the two rows and nothing else. :meth:`PairScores.error` bounds how far a
+search's product score may lie from it, which says which rows could have a neighbour the
+search ranked past the candidates it returned.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...distances import BaseDistance
+from ...distances.lp_distance import power_of_squared
+from ._ties import order_ties
+from .exclusion import Exclusion
+
+__all__ = ["PairScores", "refine"]
+
+# Elements (pairs x dimensions) of the temporaries of one block of pair scores.
+BLOCK_ELEMENTS = 2**20
+# Scores closer than this fraction of their magnitude may round to one reported value.
+ROUNDING_SLACK = 2.0**-16
+
+
+class PairScores:
+    """Scores of the pairs of ``query`` and ``reference`` rows (already rescaled), smaller
+    is nearer: squared Euclidean distances, or negated inner products (``euclidean=False``),
+    of the rows normalized as ``distance`` says."""
+
+    def __init__(
+        self,
+        distance: BaseDistance,
+        query: torch.Tensor,
+        reference: torch.Tensor,
+        euclidean: bool,
+        block_bytes: int = 64 * 2**20,
+    ) -> None:
+        """``block_bytes``: the budget of the reference blocks that :meth:`products`
+        prepares (normalizes or converts) at a time."""
+        self.distance, self.euclidean, self.block_bytes = distance, euclidean, block_bytes
+        self.query, self.reference = query, reference
+        wide = torch.float64 in (query.dtype, reference.dtype)
+        self.dtype = torch.float64 if wide else torch.float32
+        self._largest_norm: float | None = None
+
+    def of(self, rows: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """The scores of query ``rows[i]`` with reference ``indices[i, j]``, in blocks of
+        rows whose temporaries stay small."""
+        out = torch.empty(indices.shape, dtype=self.dtype, device=indices.device)
+        width, dims = max(1, indices.shape[1]), self.reference.shape[1]
+        step = max(1, BLOCK_ELEMENTS // (width * max(1, dims)))
+        for start in range(0, len(rows), step):
+            part = slice(start, start + step)
+            out[part] = self._scores(rows[part], indices[part])
+        return out
+
+    def _scores(self, rows: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        query = self._prepared(self.query[rows]).unsqueeze(1)
+        reference = self._prepared(self.reference[indices.flatten()]).view(*indices.shape, -1)
+        if self.euclidean:
+            difference = reference.sub_(query)
+            return difference.mul_(difference).sum(dim=2)
+        return reference.mul_(query).sum(dim=2).neg_()
+
+    def _prepared(self, rows: torch.Tensor) -> torch.Tensor:
+        """The rows in the scores' type, normalized if the distance normalizes (a copy)."""
+        rows = rows.to(self.dtype, copy=True)
+        return self.distance.maybe_normalize(rows, dim=rows.dim() - 1)
+
+    def reported(self, scores: torch.Tensor) -> torch.Tensor:
+        """The distances (or similarities) that ``scores`` stand for."""
+        if not self.euclidean:
+            return scores.neg()
+        return power_of_squared(scores.clamp_min(0), self.distance.power)
+
+    def products(self, rows: torch.Tensor) -> torch.Tensor:
+        """The scores of query ``rows`` with every reference row by matrix products, as a
+        search computes them, a block of reference rows at a time (their prepared copies
+        are one block's)."""
+        row_bytes = self.reference.shape[1] * self.reference.element_size()
+        step = max(1, self.block_bytes // max(1, row_bytes))
+        out = torch.empty((len(rows), len(self.reference)), dtype=self.dtype, device=rows.device)
+        query = self.query[rows]
+        for start in range(0, len(self.reference), step):
+            block = self.reference[start : start + step]
+            prepared, block, _ = self.distance.prepare(query, block)
+            part = out[:, start : start + len(block)]
+            if self.euclidean:
+                squared = (block * block).sum(dim=1)
+                torch.addmm(squared, prepared, block.T, alpha=-2, out=part)
+                part += (prepared * prepared).sum(dim=1, keepdim=True)
+            else:
+                torch.mm(prepared, block.T, out=part).neg_()
+        return out
+
+    def tolerance(
+        self, rows: torch.Tensor, kth: torch.Tensor, searched: torch.dtype
+    ) -> torch.Tensor:
+        """Per query row, how far apart two scores near ``kth`` must lie to be in the same
+        order as a search in ``searched`` rounds them, and to be reported as two values."""
+        return torch.maximum(self.error(rows, searched), kth.double().abs() * ROUNDING_SLACK)
+
+    def error(self, rows: torch.Tensor, searched: torch.dtype) -> torch.Tensor:
+        """Per query row, a bound on how far a score computed by a matrix product of
+        ``searched`` rows (norms and product rounded in that type, any summation order)
+        lies from the pair's own score, doubled: two scores further apart than this are in
+        the same order in both."""
+        unit = torch.finfo(searched).eps / 2
+        terms = self.query.shape[1] + 4  # coordinates, two squared norms, final roundings
+        norms = self._norms(self.query[rows])
+        largest = self._largest_reference_norm()
+        # With S = |q|^2 + |r|^2: a product's sum of d + 2 terms rounds by at most (d + 2) u
+        # times the sum of their magnitudes, at most 2 S (|2 q.r| <= S); the squared norms
+        # by d u S; the pair's own differences and sum of their d squares by (d + 2) u
+        # times the score, at most 2 S; one more d u S covers rows normalized apart. An
+        # inner product rounds by d u |q| |r| on either side.
+        if self.euclidean:
+            per_score = 6 * terms * unit * (norms**2 + largest**2)
+        else:
+            per_score = 2 * terms * unit * norms * largest
+        return 2 * per_score
+
+    def _norms(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.distance.normalize_embeddings:
+            return torch.ones(len(rows), dtype=torch.float64, device=rows.device)
+        return torch.linalg.vector_norm(rows.double(), dim=1)
+
+    def _largest_reference_norm(self) -> float:
+        if self._largest_norm is None:
+            step = max(1, BLOCK_ELEMENTS // max(1, self.reference.shape[1]))
+            largest = max(
+                float(self._norms(self.reference[start : start + step]).max())
+                for start in range(0, len(self.reference), step)
+            )
+            self._largest_norm = largest
+        return self._largest_norm
+
+
+def refine(
+    pairs: PairScores,
+    found: tuple[torch.Tensor, torch.Tensor],
+    k: int,
+    rows: tuple[bool, int],
+    exclusion: Exclusion | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first k neighbours by (distance, index) of a search that ``found`` k + 1
+    candidates (or every reference), with each distance computed from its pair alone.
+
+    The candidates are scored again and sorted. A row whose k-th and (k + 1)-th scores lie
+    within the products' rounding (:meth:`PairScores.tolerance`) of each other could have
+    a neighbour ranked past them: its whole row is scored again by products, and every
+    reference within that rounding of its k-th is scored from its pair. ``rows`` is
+    ``(skip_self, rows per block)``: whether row i leaves reference i out, and how many
+    whole rows are scored at a time.
+    """
+    distances, indices = found
+    every = torch.arange(len(indices), device=indices.device)
+    scores = pairs.of(every, indices)
+    scores[torch.isinf(distances)] = torch.inf  # no candidates left: excluded ones, last
+    scores, order = torch.sort(scores, dim=1, stable=True)
+    indices = indices.gather(1, order)
+    values, indices = order_ties(pairs.reported(scores), indices, not pairs.euclidean)
+    if indices.shape[1] > k:
+        gap = scores[:, k] - scores[:, k - 1]
+        near = gap <= pairs.tolerance(every, scores[:, k - 1], distances.dtype)
+        doubtful = (near | (values[:, k] == values[:, k - 1])).nonzero().flatten()
+        for start in range(0, len(doubtful), rows[1]):
+            block = doubtful[start : start + rows[1]]
+            values[block, :k], indices[block, :k] = _first_k(pairs, block, k, rows, exclusion)
+    return values[:, :k], indices[:, :k]
+
+
+def _first_k(
+    pairs: PairScores,
+    block: torch.Tensor,
+    k: int,
+    rows: tuple[bool, int],
+    exclusion: Exclusion | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first k neighbours of the query rows ``block`` among all references: those
+    whose product scores lie within the rounding of the k-th, scored from their pairs."""
+    num_ref = len(pairs.reference)
+    products = pairs.products(block)
+    if rows[0]:  # a query is never its own neighbour
+        products[torch.arange(len(block), device=block.device), block] = torch.inf
+    if exclusion is not None:
+        exclusion.fill(products, block, torch.inf)
+    kth = torch.kthvalue(products, k, dim=1).values
+    limit = kth.double() + pairs.tolerance(block, kth, products.dtype)
+    candidates = _in_rows(products <= limit.unsqueeze(1).to(products.dtype), num_ref)
+    known = candidates < num_ref
+    at = candidates.clamp(max=num_ref - 1)
+    scores = pairs.of(block, at)
+    scores[~known | torch.isinf(products.gather(1, at))] = torch.inf
+    scores, order = torch.sort(scores, dim=1, stable=True)  # candidates come by index
+    first = order[:, :k]
+    return pairs.reported(scores[:, :k]), candidates.gather(1, first)
+
+
+def _in_rows(mask: torch.Tensor, padding: int) -> torch.Tensor:
+    """The columns of each row's true entries, in increasing order, padded with
+    ``padding`` to the longest row's count."""
+    at_row, at_column = mask.nonzero(as_tuple=True)
+    counts = mask.sum(dim=1)
+    place = torch.arange(len(at_row), device=mask.device) - (counts.cumsum(0) - counts)[at_row]
+    out = torch.full((len(mask), int(counts.max())), padding, device=mask.device)
+    out[at_row, place] = at_column
+    return out
