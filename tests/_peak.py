@@ -21,6 +21,12 @@ def peak_bytes():
     raise RuntimeError("no VmHWM in /proc/self/status")
 '''
 
+# The environment of every child whose peak a test measures: a fixed thread count. Without
+# one, searches on a loaded machine add a thread (and its tile buffer, 16 MiB) per busy
+# core, so a peak would follow the machine's load, not the input (a CI run under load once
+# measured 33 MiB of growth against 8 on a quiet machine).
+STEADY_THREADS = {"PML_NUM_THREADS": "2"}
+
 needs_proc = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc/self/status (Linux)"
 )

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _peak import STEADY_THREADS
+
 from ._scripts import load_script
 
 QUERIES = 1_000
@@ -44,7 +46,7 @@ def test_peak_memory_of_evaluate_does_not_grow_with_a_mapped_gallery(
         sizes[rows] = path.stat().st_size / 2**20
         peaks[rows], _ = bench.peak_of_evaluate(
             tmp_path, query, rows, dtype, ("--metrics", "precision_at_1,r_precision"),
-            PML_DISABLE_NUMBA="1",
+            PML_DISABLE_NUMBA="1", **STEADY_THREADS,
         )  # fmt: skip
     report = f"peaks {peaks} MiB, files {sizes} MiB"
     # streamed: a quarter of the files' difference leaves room for the labels (8 bytes a

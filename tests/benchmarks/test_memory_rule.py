@@ -31,6 +31,22 @@ def test_no_benchmark_or_test_reads_ru_maxrss_itself() -> None:
     assert found == [], f"read the peak through _memory.py / _peak.py: {found}"
 
 
+def test_every_test_that_measures_a_childs_peak_fixes_its_threads() -> None:
+    """A peak measured in a child follows the machine's load unless the child's thread
+    count is fixed (``_peak.STEADY_THREADS``): on busy cores the searches add threads."""
+    measuring = [
+        path
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        if path.resolve() not in ALLOWED
+        and any(name in path.read_text() for name in ("PEAK_SOURCE", "peak_of_evaluate("))
+    ]
+    assert measuring, "no test measures a child's peak: the rule checks nothing"
+    unsteady = [
+        str(p.relative_to(ROOT)) for p in measuring if "STEADY_THREADS" not in p.read_text()
+    ]
+    assert unsteady == [], f"pass _peak.STEADY_THREADS to the measured children: {unsteady}"
+
+
 CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])

@@ -20,7 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _peak import PEAK_SOURCE, needs_proc
+from _peak import PEAK_SOURCE, STEADY_THREADS, needs_proc
 from _subprocess import run_python
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.errors import InvalidArgumentError, InvalidTypeError
@@ -307,7 +307,7 @@ def test_peak_memory_follows_the_budget_not_the_outputs():
     candidates, the sorted outputs and the metrics' temporaries of one block) plus the
     search's distance tiles (64 MiB each, a few at once)."""
     budget = 16 * 2**20
-    env = {**os.environ, "PML_DISABLE_NUMBA": "1", "PML_DISABLE_PROGRESS": "1"}
+    env = {**os.environ, **STEADY_THREADS, "PML_DISABLE_NUMBA": "1", "PML_DISABLE_PROGRESS": "1"}
     script = MEMORY_SCRIPT.replace("BUDGET", str(budget))
     done = run_python(script, env=env, timeout=600)
     found = json.loads(done.stdout.strip().splitlines()[-1])

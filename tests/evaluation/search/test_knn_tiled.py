@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from _peak import PEAK_SOURCE, needs_proc
+from _peak import PEAK_SOURCE, STEADY_THREADS, needs_proc
 from _subprocess import run_python
 from pytorch_metric_learning.distances import (
     BaseDistance,
@@ -447,7 +448,8 @@ def test_peak_memory_is_linear_in_n() -> None:
     """Peak RSS growth (torch's allocations included) of a search, in fresh processes."""
 
     def growth_mib(n, mode):
-        done = run_python(_PEAK_SCRIPT, str(n), mode, timeout=300)
+        env = {**os.environ, **STEADY_THREADS}
+        done = run_python(_PEAK_SCRIPT, str(n), mode, env=env, timeout=300)
         return int(done.stdout.split()[-1]) / 1024
 
     small, large = growth_mib(4_000, "self"), growth_mib(12_000, "self")
