@@ -584,10 +584,11 @@ def test_the_compiled_path_serves_float32_cpu_searches_only(monkeypatch) -> None
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
     x = torch.randn(300, 4)
     knn(x, 3)
-    # each search looks one neighbour past k, to see ties across the k-th place (_ties)
-    knn(x, 3, x, True)  # own index left out of the search: k (+ 1), not k + 1 (+ 1)
-    knn(x, 3, x.clone(), True)  # a separate reference: k + 1 (+ 1), then own index dropped
-    assert calls == [(300, 300, 4)] * 2 + [(300, 300, 5)]
+    # each search looks two neighbours past k, to see the rows whose k-th could be
+    # outranked past them (_pair_scores)
+    knn(x, 3, x, True)  # own index left out of the search: k (+ 2), not k + 1 (+ 2)
+    knn(x, 3, x.clone(), True)  # a separate reference: k + 1 (+ 2), then own index dropped
+    assert calls == [(300, 300, 5)] * 2 + [(300, 300, 6)]
     knn(x[:299], 3)  # fewer pairs than the threshold
     knn(x.double(), 3)  # float64 keeps the PyTorch paths
     CustomKNN(LpDistance(), batch_size=50)(x, 3)  # so does a batch_size set by the user
@@ -615,11 +616,11 @@ def test_numba_loads_once_the_searches_of_the_process_pay_for_it(monkeypatch) ->
     knn(x[:99], 3)  # below COMPILED_MIN_PAIRS: not counted
     knn(x, 3)
     assert calls == [] and not _compiled_topk.loaded()
-    knn(x, 3)  # the third: 3 * 200 * 200 pairs in all (each searched one past k: _ties)
-    assert calls == [(200, 200, 4)] and _compiled_topk.loaded()
+    knn(x, 3)  # the third: 3 * 200 * 200 pairs in all (each searched two past k)
+    assert calls == [(200, 200, 5)] and _compiled_topk.loaded()
     knn(x[:100], 3)
     knn(x[:99], 3)
-    assert calls == [(200, 200, 4), (100, 100, 4)]
+    assert calls == [(200, 200, 5), (100, 100, 5)]
 
 
 def test_searches_for_many_neighbours_count_twice_toward_loading_numba(monkeypatch) -> None:
@@ -631,11 +632,12 @@ def test_searches_for_many_neighbours_count_twice_toward_loading_numba(monkeypat
     monkeypatch.setattr(knn_module, "LARGE_K", 10)
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
     x = torch.randn(200, 4)
-    # a search for k looks one neighbour past it (see _ties), so k = 9 searches LARGE_K
-    knn(x, 8)  # 200 * 200 pairs, counted once
+    # a search for k looks two neighbours past it (see _pair_scores), so k = 8 searches
+    # LARGE_K
+    knn(x, 7)  # 200 * 200 pairs, counted once
     assert calls == [] and not _compiled_topk.loaded()
     monkeypatch.setattr(knn_module, "_cold_pairs", 0)
-    knn(x, 9)  # counted twice: loads now
+    knn(x, 8)  # counted twice: loads now
     assert calls == [(200, 200, 10)] and _compiled_topk.loaded()
 
 

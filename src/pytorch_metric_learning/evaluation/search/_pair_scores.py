@@ -5,12 +5,14 @@ A matrix product rounds a pair's score according to where the pair lies and the 
 the product (kernels differ for thin products and at the edges of wide ones, and a
 symmetric walk meets a pair from either side), so two copies of one reference could score
 a rounding error apart: which copy a search kept, and in what order, then changed with k.
-The searches of the one-product distances therefore only choose candidates; every reported
-value is computed again by :meth:`PairScores.of` from its pair alone (differences or
-products of the coordinates, summed: no cancellation between large squared norms), so it
-depends on the two rows and nothing else. :meth:`PairScores.error` bounds how far a
-search's product score may lie from it, which says which rows could have a neighbour the
-search ranked past the candidates it returned.
+The searches of the one-product distances therefore only choose candidates: :func:`refine`
+scores every candidate again from its pair alone (:meth:`PairScores.of`: differences or
+products of the coordinates, summed, with no cancellation between large squared norms),
+so that a reported distance depends on the two rows and nothing else.
+:meth:`PairScores.error` bounds how far a product's score may lie from the pair's, which
+says which rows could have a neighbour that the products ranked past the candidates; those
+rows are searched again whole. The result is exactly the first k by (pair score, index),
+on every path and at every k.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class PairScores:
         block_bytes: int = 64 * 2**20,
     ) -> None:
         """``block_bytes``: the budget of the reference blocks that :meth:`products`
-        prepares (normalizes or converts) at a time."""
+        prepares (normalizes or converts) at a time, and of :meth:`of`'s temporaries."""
         self.distance, self.euclidean, self.block_bytes = distance, euclidean, block_bytes
         self.query, self.reference = query, reference
         wide = torch.float64 in (query.dtype, reference.dtype)
@@ -52,28 +54,34 @@ class PairScores:
         self._largest_norm: float | None = None
 
     def of(self, rows: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        """The scores of query ``rows[i]`` with reference ``indices[i, j]``, in blocks of
-        rows whose temporaries stay small."""
+        """The scores of query ``rows[i]`` with reference ``indices[i]`` (one reference per
+        row, or a row of them), in blocks whose temporaries stay small."""
         out = torch.empty(indices.shape, dtype=self.dtype, device=indices.device)
-        width, dims = max(1, indices.shape[1]), self.reference.shape[1]
-        step = max(1, BLOCK_ELEMENTS // (width * max(1, dims)))
+        per_row = indices[0].numel() if len(indices) else 1
+        elements = min(BLOCK_ELEMENTS, self.block_bytes // 8)  # at most float64's
+        step = max(1, elements // max(1, per_row * self.reference.shape[1]))
         for start in range(0, len(rows), step):
             part = slice(start, start + step)
             out[part] = self._scores(rows[part], indices[part])
         return out
 
     def _scores(self, rows: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        query = self._prepared(self.query[rows]).unsqueeze(1)
-        reference = self._prepared(self.reference[indices.flatten()]).view(*indices.shape, -1)
-        if self.euclidean:
+        """Each pair's score from its two prepared rows; the sums run over the last,
+        contiguous axis, the same way whatever the shape."""
+        query = self._prepared(self.query.index_select(0, rows))
+        flat = self.reference.index_select(0, indices.flatten())
+        reference = self._prepared(flat).view(*indices.shape, -1)
+        if indices.dim() == 2:
+            query = query.unsqueeze(1)
+        if self.euclidean:  # pair by pair: coordinate differences, squared and summed
             difference = reference.sub_(query)
-            return difference.mul_(difference).sum(dim=2)
-        return reference.mul_(query).sum(dim=2).neg_()
+            return difference.mul_(difference).sum(dim=-1)
+        return reference.mul_(query).sum(dim=-1).neg_()
 
     def _prepared(self, rows: torch.Tensor) -> torch.Tensor:
-        """The rows in the scores' type, normalized if the distance normalizes (a copy)."""
-        rows = rows.to(self.dtype, copy=True)
-        return self.distance.maybe_normalize(rows, dim=rows.dim() - 1)
+        """``rows`` (a fresh copy) in the scores' type, normalized if the distance
+        normalizes."""
+        return self.distance.maybe_normalize(rows.to(self.dtype), dim=1)
 
     def reported(self, scores: torch.Tensor) -> torch.Tensor:
         """The distances (or similarities) that ``scores`` stand for."""
@@ -102,11 +110,12 @@ class PairScores:
         return out
 
     def tolerance(
-        self, rows: torch.Tensor, kth: torch.Tensor, searched: torch.dtype
+        self, rows: torch.Tensor, size: torch.Tensor, searched: torch.dtype
     ) -> torch.Tensor:
-        """Per query row, how far apart two scores near ``kth`` must lie to be in the same
-        order as a search in ``searched`` rounds them, and to be reported as two values."""
-        return torch.maximum(self.error(rows, searched), kth.double().abs() * ROUNDING_SLACK)
+        """Per query row, how far apart two scores of magnitude ``size`` or less must lie
+        to be in the same order as a search in ``searched`` rounds them, and to be
+        reported as two values."""
+        return torch.maximum(self.error(rows, searched), size.double().abs() * ROUNDING_SLACK)
 
     def error(self, rows: torch.Tensor, searched: torch.dtype) -> torch.Tensor:
         """Per query row, a bound on how far a score computed by a matrix product of
@@ -151,15 +160,14 @@ def refine(
     rows: tuple[bool, int],
     exclusion: Exclusion | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first k neighbours by (distance, index) of a search that ``found`` k + 1
-    candidates (or every reference), with each distance computed from its pair alone.
+    """The first k neighbours by (pair score, index) of a search that ``found`` more than
+    k candidates by product scores (or every reference), each with its pair's score.
 
-    The candidates are scored again and sorted. A row whose k-th and (k + 1)-th scores lie
-    within the products' rounding (:meth:`PairScores.tolerance`) of each other could have
-    a neighbour ranked past them: its whole row is scored again by products, and every
-    reference within that rounding of its k-th is scored from its pair. ``rows`` is
-    ``(skip_self, rows per block)``: whether row i leaves reference i out, and how many
-    whole rows are scored at a time.
+    The candidates are scored from their pairs and sorted. A row whose k-th and last
+    scores lie within :meth:`PairScores.tolerance` of each other could have a neighbour
+    that the products ranked past its candidates: :func:`_first_k` searches it again
+    whole. ``rows`` is ``(skip_self, rows per block)``: whether row i leaves reference i
+    out, and how many whole rows are scored at a time.
     """
     distances, indices = found
     every = torch.arange(len(indices), device=indices.device)
@@ -169,9 +177,13 @@ def refine(
     indices = indices.gather(1, order)
     values, indices = order_ties(pairs.reported(scores), indices, not pairs.euclidean)
     if indices.shape[1] > k:
-        gap = scores[:, k] - scores[:, k - 1]
-        near = gap <= pairs.tolerance(every, scores[:, k - 1], distances.dtype)
-        doubtful = (near | (values[:, k] == values[:, k - 1])).nonzero().flatten()
+        # a reference past the candidates has a product score at least the last one's,
+        # and a pair score at least that less the bound
+        gap = scores[:, -1] - scores[:, k - 1]
+        ends = scores[:, [k - 1, -1]]
+        largest = torch.where(torch.isfinite(ends), ends.abs(), 0).amax(dim=1)
+        near = gap <= pairs.tolerance(every, largest, distances.dtype)
+        doubtful = (near | (values[:, -1] == values[:, k - 1])).nonzero().flatten()
         for start in range(0, len(doubtful), rows[1]):
             block = doubtful[start : start + rows[1]]
             values[block, :k], indices[block, :k] = _first_k(pairs, block, k, rows, exclusion)
