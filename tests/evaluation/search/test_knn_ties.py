@@ -331,3 +331,41 @@ def test_a_cluster_far_from_the_origin_gets_its_true_neighbours(
     expected = np.sort(table, axis=1)[:, :5]
     np.testing.assert_allclose(values.double().numpy(), expected, rtol=1e-5)
     np.testing.assert_allclose(np.take_along_axis(table, indices.numpy(), 1), expected, rtol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    dims=st.sampled_from([2, 4, 16]),
+    count=st.integers(2, 60),
+    spread=st.sampled_from([1e-7, 1e-6]),
+    power=st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+    path=st.sampled_from(PATHS),
+    ks=st.lists(st.integers(1, 60), min_size=2, max_size=3),
+)
+def test_references_at_nearly_one_distance_keep_one_order_at_every_k(
+    seed, dims, count, spread, power, path, ks
+) -> None:
+    """References on a sphere around each query, radii 1 +- ``spread``: distinct scores
+    that round to a handful of reported values (a square root halves their differences),
+    or powers whose last bit once followed a value's place in the tensor. At every k the
+    neighbours are the first k of a larger k's, distances included, ties by index."""
+    if path == "compiled" and not _compiled_topk.installed():
+        path = "rows"
+    generator = torch.Generator().manual_seed(seed)
+    query = torch.randn(3, dims, generator=generator)
+    ks = sorted({min(k, count) for k in ks})
+    directions = torch.nn.functional.normalize(
+        torch.randn(3, count, dims, generator=generator), dim=2
+    )
+    radii = 1 + spread * torch.randn(3, count, 1, generator=generator)
+    reference = (query.unsqueeze(1) + directions * radii).reshape(-1, dims)
+    with pytest.MonkeyPatch.context() as patch:
+        _force(patch, path, 32 * 32 * 4)
+        knn = CustomKNN(LpDistance(normalize_embeddings=False, power=power))
+        found = [knn(query, k, reference) for k in ks]
+    for values, indices in found:
+        _assert_sorted_ties_by_index(values, indices)
+    for (short_values, short), (long_values, long) in zip(found, found[1:]):
+        assert torch.equal(short, long[:, : short.shape[1]])
+        assert torch.equal(short_values, long_values[:, : short.shape[1]])

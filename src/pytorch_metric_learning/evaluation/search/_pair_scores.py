@@ -87,7 +87,13 @@ class PairScores:
         """The distances (or similarities) that ``scores`` stand for."""
         if not self.euclidean:
             return scores.neg()
-        return power_of_squared(scores.clamp_min(0), self.distance.power)
+        power = self.distance.power
+        if power in (1, 2):  # a square root rounds correctly wherever it is computed
+            return power_of_squared(scores.clamp_min(0), power)
+        # other powers round differently in the vector loops and their scalar tails, so
+        # a value's last bit would follow its place in the tensor: raised in float64, the
+        # float32 result is the same wherever it lies
+        return power_of_squared(scores.double().clamp_min(0), power).to(scores.dtype)
 
     def products(self, rows: torch.Tensor) -> torch.Tensor:
         """The scores of query ``rows`` with every reference row by matrix products, as a
@@ -178,11 +184,12 @@ def refine(
     values, indices = order_ties(pairs.reported(scores), indices, not pairs.euclidean)
     if indices.shape[1] > k:
         # a reference past the candidates has a product score at least the last one's,
-        # and a pair score at least that less the bound
+        # so a pair score at least the last one's less the tolerance: the k-th's plus the
+        # tolerance, where they lie two tolerances apart (never one reported value)
         gap = scores[:, -1] - scores[:, k - 1]
         ends = scores[:, [k - 1, -1]]
         largest = torch.where(torch.isfinite(ends), ends.abs(), 0).amax(dim=1)
-        near = gap <= pairs.tolerance(every, largest, distances.dtype)
+        near = gap <= 2 * pairs.tolerance(every, largest, distances.dtype)
         doubtful = (near | (values[:, -1] == values[:, k - 1])).nonzero().flatten()
         for start in range(0, len(doubtful), rows[1]):
             block = doubtful[start : start + rows[1]]
@@ -212,9 +219,12 @@ def _first_k(
     at = candidates.clamp(max=num_ref - 1)
     scores = pairs.of(block, at)
     scores[~known | torch.isinf(products.gather(1, at))] = torch.inf
-    scores, order = torch.sort(scores, dim=1, stable=True)  # candidates come by index
-    first = order[:, :k]
-    return pairs.reported(scores[:, :k]), candidates.gather(1, first)
+    # by (reported value, index): distinct scores can report one value (a square root
+    # halves their difference); the candidates come by index
+    values = pairs.reported(scores)
+    key = values.neg() if not pairs.euclidean else values
+    order = torch.sort(key, dim=1, stable=True).indices[:, :k]
+    return values.gather(1, order), candidates.gather(1, order)
 
 
 def _in_rows(mask: torch.Tensor, padding: int) -> torch.Tensor:
