@@ -90,10 +90,7 @@ class PairScores:
         power = self.distance.power
         if power in (1, 2):  # a square root rounds correctly wherever it is computed
             return power_of_squared(scores.clamp_min(0), power)
-        # other powers round differently in the vector loops and their scalar tails, so
-        # a value's last bit would follow its place in the tensor: raised in float64, the
-        # float32 result is the same wherever it lies
-        return power_of_squared(scores.double().clamp_min(0), power).to(scores.dtype)
+        return _raised(scores.clamp_min(0), power / 2)
 
     def products(self, rows: torch.Tensor) -> torch.Tensor:
         """The scores of query ``rows`` with every reference row by matrix products, as a
@@ -236,3 +233,15 @@ def _in_rows(mask: torch.Tensor, padding: int) -> torch.Tensor:
     out = torch.full((len(mask), int(counts.max())), padding, device=mask.device)
     out[at_row, place] = at_column
     return out
+
+
+def _raised(values: torch.Tensor, exponent: float) -> torch.Tensor:
+    """``values ** exponent``, each element the same wherever it lies in the tensor.
+
+    PyTorch raises a contiguous tensor's elements in vector loops and the last few in a
+    scalar loop, which round differently (the last bit of a float64 power followed its
+    place). A strided copy takes the scalar loop for every element.
+    """
+    strided = torch.empty((values.numel(), 2), dtype=values.dtype, device=values.device)[:, 0]
+    strided.copy_(values.flatten())
+    return strided.pow_(exponent).reshape(values.shape)
