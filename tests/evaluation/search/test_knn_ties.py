@@ -372,3 +372,20 @@ def test_references_at_nearly_one_distance_keep_one_order_at_every_k(
     for (short_values, short), (long_values, long) in zip(found, found[1:]):
         assert torch.equal(short, long[:, : short.shape[1]])
         assert torch.equal(short_values, long_values[:, : short.shape[1]])
+
+
+@pytest.mark.parametrize("power", [0.7, 1.5, 3.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_power_is_the_same_for_copies_in_any_block(power, dtype) -> None:
+    """Raised to a power other than 1 or 2, copies of a reference keep one distance
+    whether the query rows come one at a time or all at once (a float64 power's last bit
+    once followed its place in the tensor)."""
+    generator = torch.Generator().manual_seed(0)
+    base = torch.randn(50, 8, generator=generator, dtype=torch.float64)
+    points = base[torch.randint(0, 50, (300,), generator=generator)].to(dtype)
+    distance = LpDistance(normalize_embeddings=False, power=power)
+    whole = CustomKNN(distance)(points, 10, points, True)
+    single = CustomKNN(distance, batch_size=1)(points, 10, points, True)
+    assert torch.equal(whole[1], single[1])
+    assert torch.equal(whole[0], single[0])
+    assert_copies_agree(*whole, copy_classes(points), list(range(len(points))))
