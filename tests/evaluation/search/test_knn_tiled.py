@@ -483,3 +483,33 @@ def test_grouped_topk_keeps_the_dtype_of_a_non_contiguous_input(dtype, largest) 
     assert values.dtype == dtype and torch.equal(values, expected.values)
     assert torch.equal(matrix.gather(1, indices), values)
     assert all(len(set(row)) == 100 for row in indices.tolist())
+
+
+_TIED_PEAK_SCRIPT = (
+    PEAK_SOURCE
+    + """
+import sys, torch
+from pytorch_metric_learning.distances import LpDistance
+from pytorch_metric_learning.evaluation import CustomKNN
+x = torch.ones(6000, 16)  # every row tied with every other: all searched again whole
+knn = CustomKNN(LpDistance(normalize_embeddings=False), batch_size=600)
+knn(x[:300], 10, None, True)
+before = peak_bytes()
+knn(x, 10, None, True)
+print((peak_bytes() - before) // 1024)
+"""
+)
+
+
+@pytest.mark.slow
+@needs_proc
+def test_rows_searched_again_keep_to_the_batch_size() -> None:
+    """With ``batch_size``, peak memory is about one (batch_size, n) block of distances
+    plus the outputs, also where every row is searched again whole (identical rows): the
+    rows searched again at a time hold their candidates and order too (12 blocks' worth
+    once, 489 MiB at n = 10,000)."""
+    env = {**os.environ, **STEADY_THREADS}
+    done = run_python(_TIED_PEAK_SCRIPT, env=env, timeout=300)
+    growth_mib = int(done.stdout.split()[-1]) / 1024
+    block_mib = 600 * 6000 * 4 / 2**20  # 13.7 MiB
+    assert growth_mib < 3 * block_mib + 16, f"peak grew by {growth_mib:.0f} MiB"

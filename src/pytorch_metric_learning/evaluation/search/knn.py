@@ -90,6 +90,12 @@ EXACT_ROW_BYTES = 24
 # 2-3% of the rows with one more, 0.02-0.08% with two; k = 266, 3,945 rows with one more
 # (5.1 s in all), none with six (3.9 s).
 EXTRA_PER_K = 64
+# Bytes per reference that searching a row again whole holds (_pair_scores._first_k: the
+# products, the mask of the references near the k-th and their positions, the candidates,
+# their scores, values and order): at batch_size=1,000 on 10,000 identical rows (every row
+# searched again, its candidates all 10,000), whose block of distances is 40 MB, the peak
+# grew by 489 MiB with 1,000 rows at a time, by 66 MiB with 62.
+REFINED_ROW_BYTES = 64
 # Side of the square tiles of the compiled search.
 COMPILED_TILE = 2048
 
@@ -227,7 +233,9 @@ class CustomKNN:
         reference = scaled.query if same else scaled.reference
         euclidean = kind is SquaredEuclidean
         pairs = PairScores(self.distance, scaled.query, reference, euclidean, TILE_BYTES)
-        rows = self._rows(len(reference), EXACT_ROW_BYTES)
+        # rows searched again whole at a time: as many as one block of float32 distances
+        # holds (batch_size rows, or a tile's), their temporaries counted
+        rows = max(1, self._rows(len(reference), 4) * 4 // REFINED_ROW_BYTES)
         return refine(pairs, found, k, (skip_self, rows), exclusion)
 
     def _ordered(
