@@ -21,6 +21,7 @@ import torch
 
 from ...distances import BaseDistance
 from ...distances.lp_distance import power_of_squared
+from ._centring import centred
 from ._ties import order_ties
 from .exclusion import Exclusion
 
@@ -45,11 +46,14 @@ class PairScores:
         reference: torch.Tensor,
         euclidean: bool,
         block_bytes: int = 64 * 2**20,
+        centre: torch.Tensor | None = None,
     ) -> None:
         """``block_bytes``: the budget of the reference blocks that :meth:`products`
-        prepares (normalizes or converts) at a time, and of :meth:`of`'s temporaries."""
+        prepares (normalizes or converts) at a time, and of :meth:`of`'s temporaries.
+        ``centre``: the vector the search moved both sides by (see ``_centring``), which
+        :meth:`products` moves them by too; pair scores are of the rows as given."""
         self.distance, self.euclidean, self.block_bytes = distance, euclidean, block_bytes
-        self.query, self.reference = query, reference
+        self.query, self.reference, self.centre = query, reference, centre
         wide = torch.float64 in (query.dtype, reference.dtype)
         self.dtype = torch.float64 if wide else torch.float32
         self._largest_norm: float | None = None
@@ -100,9 +104,9 @@ class PairScores:
         row_bytes = self.reference.shape[1] * self.reference.element_size()
         step = max(1, self.block_bytes // max(1, row_bytes))
         out = torch.empty((len(rows), len(self.reference)), dtype=self.dtype, device=rows.device)
-        query = self.query[rows]
+        query = self._moved(self.query[rows], self.reference)
         for start in range(0, len(self.reference), step):
-            block = self.reference[start : start + step]
+            block = self._moved(self.reference[start : start + step], self.query)
             prepared, block, _ = self.distance.prepare(query, block)
             part = out[:, start : start + len(block)]
             if self.euclidean:
@@ -133,8 +137,9 @@ class PairScores:
         # With S = |q|^2 + |r|^2: a product's sum of d + 2 terms rounds by at most (d + 2) u
         # times the sum of their magnitudes, at most 2 S (|2 q.r| <= S); the squared norms
         # by d u S; the pair's own differences and sum of their d squares by (d + 2) u
-        # times the score, at most 2 S; one more d u S covers rows normalized apart. An
-        # inner product rounds by d u |q| |r| on either side.
+        # times the score, at most 2 S; one more d u S covers rows normalized apart (or,
+        # with norms taken after a move by ``centre``, the move's rounding of the searched
+        # rows, within 4 u S). An inner product rounds by d u |q| |r| on either side.
         if self.euclidean:
             per_score = 6 * terms * unit * (norms**2 + largest**2)
         else:
@@ -144,7 +149,17 @@ class PairScores:
     def _norms(self, rows: torch.Tensor) -> torch.Tensor:
         if self.distance.normalize_embeddings:
             return torch.ones(len(rows), dtype=torch.float64, device=rows.device)
-        return torch.linalg.vector_norm(rows.double(), dim=1)
+        rows = rows.double()
+        if self.centre is not None:
+            rows = rows - self.centre
+        return torch.linalg.vector_norm(rows, dim=1)
+
+    def _moved(self, rows: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """``rows`` (searched against ``other``) as the search scored them: less
+        ``centre``, if it moved them."""
+        if self.centre is None:
+            return rows
+        return centred(rows, self.centre, other)
 
     def _largest_reference_norm(self) -> float:
         if self._largest_norm is None:

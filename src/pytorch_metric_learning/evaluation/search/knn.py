@@ -20,6 +20,7 @@ from ...distances import BaseDistance, DotProductSimilarity, LpDistance
 from ...distances.lp_distance import power_of_squared as _power_of_squared
 from ...errors import InvalidArgumentError, InvalidTypeError
 from . import _compiled_topk
+from ._centring import centre_of, centred
 from ._compiled_search import Sample, sample_first, search_compiled, spaced_sample
 from ._pair_scores import PairScores, refine
 from ._progress import SearchProgress
@@ -198,6 +199,8 @@ class CustomKNN:
         )
         out_dtype = self.distance.output_dtype(torch.promote_types(query.dtype, reference.dtype))
         scaled = rescale(self.distance, query, query if same else reference)
+        centre = self._centre(scaled.reference)
+        searched = _moved(scaled, centre, same)
         drop_self = ref_includes_query and same
         # one neighbour more shows the rows with a tie across the k-th place (see _ties);
         # a few more, the rows whose k-th could be outranked past them (see _pair_scores)
@@ -205,26 +208,34 @@ class CustomKNN:
         extra = min(extra, len(reference) - search_k)
         with adapted_threads(len(query) * len(reference), query.device):
             distances, indices, dropped = self._search(
-                scaled.query, scaled.reference, search_k + extra, (same, drop_self), exclusion
+                *searched, search_k + extra, (same, drop_self), exclusion
             )
             if ref_includes_query and not dropped:
                 distances, indices = remove_self_matches(distances, indices)
             found = (distances, indices)
             distances, indices = self._first_k(
-                found, scaled, k, (same, ref_includes_query), exclusion
+                found, (scaled, centre), k, (same, ref_includes_query), exclusion
             )
         return scaled.restore(distances, out_dtype), indices
+
+    def _centre(self, reference: torch.Tensor) -> torch.Tensor | None:
+        """The vector a Euclidean search moves its inputs by (see ``_centring``), if any."""
+        if _scorer_kind(self.distance) is not SquaredEuclidean:
+            return None
+        return centre_of(self.distance, reference)
 
     def _first_k(
         self,
         found: tuple[torch.Tensor, torch.Tensor],
-        scaled: Rescaled,
+        inputs: tuple[Rescaled, torch.Tensor | None],
         k: int,
         self_search: tuple[bool, bool],
         exclusion: Exclusion | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The first k by (distance, index), from the search's ``found`` candidates (k + 1
-        of them, or all); ``self_search`` is ``(same, skip_self)``."""
+        of them, or all); ``inputs`` are the rescaled rows and the vector the search moved
+        them by; ``self_search`` is ``(same, skip_self)``."""
+        scaled, centre = inputs
         kind = _scorer_kind(self.distance)
         if kind is None:
             return self._ordered(found, scaled, k, self_search, exclusion)
@@ -232,7 +243,7 @@ class CustomKNN:
         same, skip_self = self_search
         reference = scaled.query if same else scaled.reference
         euclidean = kind is SquaredEuclidean
-        pairs = PairScores(self.distance, scaled.query, reference, euclidean, TILE_BYTES)
+        pairs = PairScores(self.distance, scaled.query, reference, euclidean, TILE_BYTES, centre)
         # rows searched again whole at a time: as many as one block of float32 distances
         # holds (batch_size rows, or a tile's), their temporaries counted
         rows = max(1, self._rows(len(reference), 4) * 4 // REFINED_ROW_BYTES)
@@ -582,6 +593,18 @@ def remove_self_matches(
     keep = torch.arange(width - 1, device=indices.device).expand(num_rows, -1)
     keep = keep + (keep >= dropped.unsqueeze(1))  # the columns after the dropped one
     return distances.gather(1, keep), indices.gather(1, keep)
+
+
+def _moved(
+    scaled: Rescaled, centre: torch.Tensor | None, same: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query and reference to search: the rescaled rows, less ``centre`` if given
+    (one copy for a self-search, which stays one)."""
+    query, reference = scaled.query, scaled.query if same else scaled.reference
+    if centre is None:
+        return query, reference
+    moved = centred(query, centre, reference)
+    return moved, moved if same else centred(reference, centre, query)
 
 
 def _searched_dtype(dtype: torch.dtype) -> torch.dtype:
