@@ -302,6 +302,20 @@ def test_overflowing_distances_warn_and_keep_exact_neighbours() -> None:
     assert torch.equal(indices, knn(x, 3)[1])
 
 
+def test_distances_below_float32_warn_and_keep_exact_neighbours() -> None:
+    """1e-30 embeddings have squared distances near 1e-60: returned as 0, with a
+    warning, and the neighbours of the unscaled embeddings."""
+    x = torch.randn(10, 4, generator=torch.Generator().manual_seed(0))
+    knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
+    with pytest.warns(RuntimeWarning, match="below the smallest torch.float32"):
+        distances, indices = knn(x * 1e-30, 3)
+    assert bool((distances[:, 1:] == 0).all())
+    assert torch.equal(indices, knn(x, 3)[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        knn(x * 1e-15, 3)  # squared distances near 1e-30: float32 holds them
+
+
 @pytest.mark.parametrize("exponent", [997, -1000])
 @pytest.mark.parametrize("power", [1, 2])
 def test_float64_embeddings_near_the_ends_of_float64(exponent, power) -> None:
@@ -320,13 +334,16 @@ def test_float64_embeddings_near_the_ends_of_float64(exponent, power) -> None:
         assert bool((distances == (torch.inf if exponent > 0 else 0.0)).all())
     overflowed = any("exceed the range" in str(warning.message) for warning in caught)
     assert overflowed == (power == 2 and exponent > 0)
+    underflowed = any("below the smallest" in str(warning.message) for warning in caught)
+    assert underflowed == (power == 2 and exponent < 0)
 
 
 def test_float64_subnormal_embeddings_are_scaled_into_range() -> None:
     """2**-1060 needs a factor of 2**1060 to come back near 1: more than one float64."""
     x = torch.randn(40, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     knn = CustomKNN(LpDistance(normalize_embeddings=False, power=2))
-    distances, indices = knn(x * 2.0**-1060, 4, x * 2.0**-1060, True)
+    with pytest.warns(RuntimeWarning, match="below the smallest torch.float64"):
+        distances, indices = knn(x * 2.0**-1060, 4, x * 2.0**-1060, True)
     assert torch.equal(indices, knn(x, 4, x, True)[1])
     assert bool((distances == 0).all())  # 2**-2120 times distances near 1: below float64
 

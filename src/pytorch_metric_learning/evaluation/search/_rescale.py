@@ -53,6 +53,14 @@ class Rescaled:
                 RuntimeWarning,
                 stacklevel=4,
             )
+        if bool(((restored == 0) & (distances != 0)).any()):
+            warnings.warn(
+                f"Some k-NN distances are below the smallest {out_dtype} and are returned as "
+                "0; the neighbours were found exactly on rescaled embeddings (their order is "
+                "that of the true distances).",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         return restored
 
 
