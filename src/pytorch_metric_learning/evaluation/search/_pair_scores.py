@@ -204,11 +204,33 @@ def refine(
     scores lie within :meth:`PairScores.tolerance` of each other could have a neighbour
     that the products ranked past its candidates: :func:`_first_k` searches it again
     whole. ``rows`` is ``(skip_self, rows per block)``: whether row i leaves reference i
-    out, and how many whole rows are scored at a time.
+    out, and how many whole rows are scored at a time; the candidates go as many at a
+    time as that many whole rows hold, so the temporaries stay those of one block.
     """
     distances, indices = found
-    every = torch.arange(len(indices), device=indices.device)
-    scores = pairs.of(every, indices)
+    num_rows, width = indices.shape
+    values = torch.empty((num_rows, k), dtype=pairs.dtype, device=indices.device)
+    nearest = torch.empty((num_rows, k), dtype=torch.long, device=indices.device)
+    step = max(1, rows[1] * len(pairs.reference) // max(1, width))
+    for start in range(0, num_rows, step):
+        part = slice(start, start + step)
+        query_rows = torch.arange(start, min(start + step, num_rows), device=indices.device)
+        candidates = (distances[part], indices[part])
+        values[part], nearest[part] = _refined(pairs, candidates, query_rows, k, rows, exclusion)
+    return values, nearest
+
+
+def _refined(
+    pairs: PairScores,
+    found: tuple[torch.Tensor, torch.Tensor],
+    query_rows: torch.Tensor,
+    k: int,
+    rows: tuple[bool, int],
+    exclusion: Exclusion | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`refine` of the candidates ``found`` for the query rows ``query_rows``."""
+    distances, indices = found
+    scores = pairs.of(query_rows, indices)
     scores[torch.isinf(distances)] = torch.inf  # no candidates left: excluded ones, last
     scores, order = torch.sort(scores, dim=1, stable=True)
     indices = indices.gather(1, order)
@@ -220,11 +242,11 @@ def refine(
         gap = scores[:, -1] - scores[:, k - 1]
         ends = scores[:, [k - 1, -1]]
         largest = torch.where(torch.isfinite(ends), ends.abs(), 0).amax(dim=1)
-        near = gap <= 2 * pairs.tolerance(every, largest, distances.dtype)
+        near = gap <= 2 * pairs.tolerance(query_rows, largest, distances.dtype)
         doubtful = (near | (values[:, -1] == values[:, k - 1])).nonzero().flatten()
         for start in range(0, len(doubtful), rows[1]):
-            block = doubtful[start : start + rows[1]]
-            values[block, :k], indices[block, :k] = _first_k(pairs, block, k, rows, exclusion)
+            at = doubtful[start : start + rows[1]]
+            values[at, :k], indices[at, :k] = _first_k(pairs, query_rows[at], k, rows, exclusion)
     return values[:, :k], indices[:, :k]
 
 

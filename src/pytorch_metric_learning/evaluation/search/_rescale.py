@@ -53,11 +53,13 @@ class Rescaled:
                 RuntimeWarning,
                 stacklevel=4,
             )
-        if bool(((restored == 0) & (distances != 0)).any()):
+        tiny = torch.finfo(out_dtype).tiny
+        if bool(((restored.abs() < tiny) & (distances != 0)).any()):
             warnings.warn(
-                f"Some k-NN distances are below the smallest {out_dtype} and are returned as "
-                "0; the neighbours were found exactly on rescaled embeddings (their order is "
-                "that of the true distances).",
+                f"Some k-NN distances are below the smallest normal {out_dtype} and are "
+                "returned rounded to its subnormals or to 0; the neighbours were found "
+                "exactly on rescaled embeddings, in the order of their true distances, so "
+                "neighbours returned at one distance may not come in index order.",
                 RuntimeWarning,
                 stacklevel=4,
             )
